@@ -1,0 +1,5 @@
+"""``python -m traceadvisor``."""
+
+from traceadvisor.cli import main
+
+main()

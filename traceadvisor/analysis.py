@@ -1,0 +1,55 @@
+"""The analysis pipeline: load traces, summarise them, run the rules, collect one report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traceadvisor.report.summary import summarize
+from traceadvisor.trace.load import load
+from traceadvisor.trace.model import Trace
+from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
+
+SCHEMA_VERSION = 1
+SEVERITIES = ("low", "medium", "high")
+
+
+@dataclass
+class Report:
+    """Everything ``analyze`` found; ``to_dict`` is the versioned JSON report."""
+
+    traces: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        from traceadvisor import __version__
+
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "traceadvisor", "version": __version__},
+            "traces": self.traces,
+            "findings": self.findings,
+            "skipped": self.skipped,
+            "errors": self.errors,
+        }
+
+    def worst_severity(self) -> str | None:
+        ranks = [SEVERITIES.index(f["severity"]) for f in self.findings if f.get("severity") in SEVERITIES]
+        return SEVERITIES[max(ranks)] if ranks else None
+
+
+def analyze_traces(traces: list[Trace]) -> Report:
+    """Summarise loaded traces into a report."""
+    report = Report()
+    for t in traces:
+        report.traces.append(summarize(t))
+    return report
+
+
+def analyze(paths: Iterable[str | Path], max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> Report:
+    """Load and analyse trace files (or directories of them)."""
+    return analyze_traces(load(list(paths), max_bytes=max_bytes))

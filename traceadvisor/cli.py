@@ -1,0 +1,131 @@
+"""The ``traceadvisor`` command line (typer). Commands stay thin: parse, call, render, exit.
+
+Exit codes: 0 analysed; 1 only with ``--fail-on`` when a finding at or above it exists; 2 bad
+input or usage, with one line on stderr and no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traceadvisor.errors import TraceError, UsageError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+app = typer.Typer(
+    name="traceadvisor",
+    help="Read PyTorch profiler traces and say what slows the GPU workload down, where, and what to change.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class Format(str, Enum):
+    """Output formats of ``analyze``."""
+
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+class Severity(str, Enum):
+    """Finding severities, lowest first."""
+
+    low = "low"
+    medium = "medium"
+    high = "high"
+
+
+@app.callback()
+def _root() -> None:
+    """Read PyTorch profiler traces and say what slows the GPU workload down."""
+
+
+def _fail(message: str) -> typer.Exit:
+    sys.stderr.write(f"traceadvisor: error: {message}\n")
+    return typer.Exit(code=EXIT_BAD_INPUT)
+
+
+@app.command()
+def analyze(
+    traces: Annotated[list[Path], typer.Argument(help="Trace files (.json, .json.gz) or directories (one rank per file).")],
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (atomically).")] = None,
+    fail_on: Annotated[
+        Severity | None, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists.")
+    ] = None,
+    max_size_gib: Annotated[
+        float, typer.Option("--max-size", help="Refuse traces larger than this many GiB once inflated.")
+    ] = 16.0,
+) -> None:
+    """Analyse traces and report GPU time, steps and findings."""
+    from traceadvisor.analysis import SEVERITIES, analyze as run_analysis
+    from traceadvisor.atomic import write_bytes
+
+    try:
+        report = run_analysis(traces, max_bytes=int(max_size_gib * 2**30))
+    except (TraceError, UsageError) as exc:
+        raise _fail(str(exc)) from None
+    except MemoryError:
+        raise _fail("out of memory while reading the trace") from None
+    for t in report.traces:
+        for w in t.get("warnings", []):
+            sys.stderr.write(f"traceadvisor: warning: {t['path']}: {w}\n")
+    data = _render(report, fmt, to_terminal=output is None and sys.stdout.isatty())
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        try:
+            write_bytes(output, data)
+        except OSError as exc:
+            raise _fail(f"{output}: cannot write report ({exc.strerror})") from None
+    worst = report.worst_severity()
+    if fail_on is not None and worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(fail_on.value):
+        raise typer.Exit(code=EXIT_FINDINGS)
+
+
+def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:
+    from traceadvisor.analysis import Report
+
+    assert isinstance(report, Report)
+    if fmt is Format.json:
+        from traceadvisor.report import render_json
+
+        return render_json.render(report)
+    if fmt is Format.markdown:
+        from traceadvisor.report import render_markdown
+
+        return render_markdown.render(report).encode()
+    from traceadvisor.report import render_text
+
+    return render_text.render(report, color=to_terminal).encode()
+
+
+def main() -> None:
+    """Console-script entry point: usage errors exit 2 with one line, as bad input does."""
+    try:
+        rc = app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("traceadvisor: interrupted\n")
+        sys.exit(130)
+    except Exception as exc:
+        # Usage errors from typer's (vendored) click: one line, exit 2. Anything else is a bug
+        # and keeps its traceback.
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                sys.stderr.write("traceadvisor: error: missing arguments; see 'traceadvisor --help'\n")
+            else:
+                message = " ".join(str(exc.format_message()).split())
+                sys.stderr.write(f"traceadvisor: error: {message}\n")
+            sys.exit(EXIT_BAD_INPUT)
+        raise
+    sys.exit(rc if isinstance(rc, int) else EXIT_OK)

@@ -1,0 +1,1 @@
+"""Reports: the analysis as data (``summary``), and its renderings (JSON, text, Markdown)."""

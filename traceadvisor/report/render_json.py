@@ -1,0 +1,24 @@
+"""The JSON rendering of a report (schema documented in the README)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from traceadvisor.analysis import Report
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def render(report: Report) -> bytes:
+    """Pretty-printed JSON bytes, ending with a newline."""
+    return msgspec.json.format(_encoder.encode(report.to_dict()), indent=2) + b"\n"

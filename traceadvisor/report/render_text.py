@@ -1,0 +1,84 @@
+"""The terminal rendering of a report (rich)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from traceadvisor.analysis import Report
+
+_SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def _ms(us_value: float) -> str:
+    return f"{us_value / 1000:.3f} ms"
+
+
+def render(report: Report, width: int = 120, color: bool = False) -> str:
+    """The report as text; ``color`` adds ANSI styles (for a terminal)."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
+    for t in report.traces:
+        _trace(console, t)
+    _findings(console, report)
+    return buf.getvalue()
+
+
+def _trace(console: Console, t: dict[str, Any]) -> None:
+    dev = t.get("device") or {}
+    name = dev.get("name") or ("CPU only" if t["platform"] == "cpu" else f"GPU {dev.get('id')}")
+    rank = "" if t.get("rank") is None else f"  rank {t['rank']}"
+    console.print(Text(f"{t['path']}{rank}", style="bold"))
+    console.print(f"  device: {name} ({t['platform']})")
+    console.print(
+        f"  window: {_ms(t['window_us'])} ({t['window_basis']}), GPU busy {t['gpu_busy_pct']:.1f}% "
+        f"({_ms(t['gpu_busy_us'])}), idle {_ms(t['gpu_idle_us'])}, {t['kernel_count']} kernels"
+    )
+    for w in t.get("warnings", []):
+        console.print(f"  [yellow]warning:[/yellow] {w}", markup=True)
+    if t["steps"]:
+        tab = Table(title=None, box=None, pad_edge=False, show_edge=False)
+        for col in ("step", "CPU time", "GPU time", "GPU busy"):
+            tab.add_column(col, justify="right" if col != "step" else "left")
+        for s in t["steps"]:
+            tab.add_row(s["name"], _ms(s["cpu_dur_us"]), _ms(s["gpu_dur_us"]), f"{s['gpu_busy_pct']:.1f}%")
+        console.print(tab)
+    if t["top_kernels"]:
+        tab = Table(box=None, pad_edge=False, show_edge=False)
+        tab.add_column("top kernels", overflow="ellipsis", no_wrap=True, max_width=80)
+        tab.add_column("calls", justify="right")
+        tab.add_column("time", justify="right")
+        tab.add_column("share", justify="right")
+        for k in t["top_kernels"]:
+            tab.add_row(k["name"], str(k["count"]), _ms(k["total_us"]), f"{k['share_pct']:.1f}%")
+        console.print(tab)
+    console.print()
+
+
+def _findings(console: Console, report: Report) -> None:
+    if not report.findings:
+        console.print("No findings.")
+    for i, f in enumerate(report.findings, 1):
+        sev = f.get("severity", "low")
+        impact = f.get("impact") or {}
+        console.print(
+            Text(f"{i}. [{sev}] {f['rule']} ({f['code']}): ", style=_SEVERITY_STYLE.get(sev, ""))
+            + Text(f["message"])
+        )
+        if impact:
+            console.print(
+                f"   impact: {_ms(impact.get('time_us', 0.0))} ({impact.get('share_pct', 0.0):.1f}% of the step): "
+                f"{impact.get('basis', '')}"
+            )
+        loc = f.get("location")
+        if loc:
+            console.print(f"   at: {loc.get('file')}:{loc.get('line')} in {loc.get('function')}")
+        console.print(f"   fix: {f['recommendation']}")
+    for s in report.skipped:
+        console.print(f"skipped {s['rule']}: {s['reason']}")
+    for e in report.errors:
+        console.print(f"[red]rule error[/red] {e['rule']}: {e['error']}", markup=True)

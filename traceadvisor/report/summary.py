@@ -1,0 +1,124 @@
+"""The per-trace summary of a report: device, window, GPU busy time, steps, top kernels.
+
+All values are plain data (the JSON report's ``traces[]`` entries); renderers only format them.
+Times are microseconds as floats computed from exact nanoseconds (``ns / 1000``), so the three
+nanosecond decimals survive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traceadvisor.trace.model import Trace
+
+TOP_KERNELS = 10
+
+
+def us(ns: int | float | np.integer[Any]) -> float:
+    """Nanoseconds to microseconds (exact to the nanosecond decimal)."""
+    return int(ns) / 1000.0
+
+
+def summarize(trace: Trace) -> dict[str, Any]:
+    """The ``traces[]`` entry of the JSON report for one trace."""
+    lo, hi, basis = trace.analysis_window
+    window = hi - lo
+    devices = []
+    for dev in trace.device_ids:
+        busy = trace.busy_ns(dev, lo, hi)
+        devices.append(
+            {
+                "id": dev,
+                "busy_us": us(busy),
+                "idle_us": us(window - busy),
+                "busy_pct": _pct(busy, window),
+                "kernel_count": int(((trace.gpu["device"] == dev) & (trace.gpu["kind"] == 0)).sum()),
+            }
+        )
+    main_dev = trace.device_ids[0] if trace.device_ids else None
+    busy_main_ns = trace.busy_ns(main_dev, lo, hi) if main_dev is not None else 0
+    return {
+        "path": trace.path,
+        "rank": trace.rank,
+        "platform": trace.platform,
+        "device": _device(trace, main_dev),
+        "window_us": us(window),
+        "window_start_us": us(lo),
+        "window_basis": basis,
+        "gpu_busy_us": us(busy_main_ns),
+        "gpu_idle_us": us(window - busy_main_ns) if devices else 0.0,
+        "gpu_busy_pct": devices[0]["busy_pct"] if devices else 0.0,
+        "kernel_count": int(len(trace.kernels)),
+        "devices": devices,
+        "steps": _steps(trace, main_dev),
+        "top_kernels": _top_kernels(trace),
+        "capture": dict(trace.meta.flags),
+        "warnings": list(trace.meta.warnings),
+    }
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0
+
+
+def _device(trace: Trace, dev: int | None) -> dict[str, Any] | None:
+    props = trace.device_properties(dev)
+    if props is None and dev is None:
+        return None
+    out: dict[str, Any] = {"id": dev}
+    if props:
+        out["name"] = props.get("name")
+        if "computeMajor" in props:
+            out["compute_capability"] = f"{props.get('computeMajor')}.{props.get('computeMinor')}"
+        for src, dst in (("numSms", "sm_count"), ("totalGlobalMem", "memory_bytes")):
+            if src in props:
+                out[dst] = props[src]
+    return out
+
+
+def _steps(trace: Trace, dev: int | None) -> list[dict[str, Any]]:
+    t = trace.steps.table
+    out = []
+    for row in t.itertuples(index=False):
+        has_gpu = row.gpu_start_ns >= 0
+        gpu_dur = row.gpu_end_ns - row.gpu_start_ns if has_gpu else 0
+        busy = trace.busy_ns(dev, row.gpu_start_ns, row.gpu_end_ns) if has_gpu and dev is not None else 0
+        out.append(
+            {
+                "name": row.name,
+                "step": int(row.step),
+                "cpu_start_us": us(row.cpu_start_ns),
+                "cpu_dur_us": us(row.cpu_end_ns - row.cpu_start_ns),
+                "gpu_start_us": us(row.gpu_start_ns) if has_gpu else None,
+                "gpu_dur_us": us(gpu_dur),
+                "gpu_busy_us": us(busy),
+                "gpu_busy_pct": _pct(busy, gpu_dur),
+                "gpu_window_basis": row.gpu_basis,
+            }
+        )
+    return out
+
+
+def _top_kernels(trace: Trace) -> list[dict[str, Any]]:
+    k = trace.kernels
+    if not len(k):
+        return []
+    lo, hi, _ = trace.analysis_window
+    inside = k[(k["end_ns"] > lo) & (k["ts_ns"] < hi)]
+    if not len(inside):
+        inside = k
+    total = int(inside["dur_ns"].sum())
+    grp = inside.groupby("name", observed=True, sort=False)["dur_ns"].agg(["sum", "count"])
+    grp = grp.sort_values("sum", ascending=False).head(TOP_KERNELS)
+    return [
+        {"name": str(name), "count": int(r["count"]), "total_us": us(r["sum"]), "share_pct": _pct(r["sum"], total)}
+        for name, r in grp.iterrows()
+    ]
+
+
+def step_frame(summary: dict[str, Any]) -> pd.DataFrame:
+    """Steps of a summary as a DataFrame (for renderers)."""
+    return pd.DataFrame(summary["steps"])

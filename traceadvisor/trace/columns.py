@@ -1,0 +1,471 @@
+"""Turn batches of decoded events into columnar numpy arrays, one table per event family.
+
+Each batch is bucketed by category (normalised through the alias table of format doc §6), and each
+bucket is converted to numpy at once, so no per-event Python objects outlive their batch. Numbers
+in string form (``"inf"``, hex ``"0x0"`` streams, ``"2560"`` sizes) are coerced; what cannot be
+read becomes NaN (floats) or -1 (ids).
+
+Times become int64 nanoseconds, exactly: Kineto writes microseconds with three decimals (format
+doc §1.4), and ``floor(ts) * 1000 + round(frac(ts) * 1000)`` recovers those digits from a float64
+without the rounding error that ``round(ts * 1000)`` has above 2^43 µs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from traceadvisor.trace.schema import NULL, Args, Event
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+# Category aliases across kineto versions (format doc §6); unknown categories are kept as they are.
+CATEGORY_ALIASES: dict[str, str] = {
+    "Operator": "cpu_op",
+    "User": "user_annotation",
+    "Runtime": "cuda_runtime",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "gpu_user_Annotation": "gpu_user_annotation",
+    "async": "ac2g",
+    "async_gpu": "ac2g",
+    "async_cpu_to_gpu": "ac2g",
+    "forward_backward": "fwdbwd",
+}
+
+# Which table each category lands in.
+FAMILY: dict[str, str] = {
+    "cpu_op": "host",
+    "user_annotation": "host",
+    "python_function": "frames",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "xpu_runtime": "runtime",
+    "xpu_driver": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "mtia_runtime": "runtime",
+    "kernel": "gpu",
+    "gpu_memcpy": "gpu",
+    "gpu_memset": "gpu",
+    "gpu_user_annotation": "gpu_annotations",
+    "cuda_sync": "syncs",
+    "cpu_instant_event": "memory",
+    "overhead": "overhead",
+    "ac2g": "flows",
+    "fwdbwd": "flows",
+}
+
+
+def to_ns(values: Sequence[Any]) -> I64:
+    """Microsecond values (numbers or numeric strings) to exact int64 nanoseconds; NaN → INT64_MIN."""
+    us = floats(values)
+    whole = np.floor(us)
+    frac_ns = np.rint((us - whole) * 1000.0)
+    ns = whole * 1000.0 + frac_ns
+    bad = ~np.isfinite(ns) | (np.abs(ns) > 9.0e18)
+    if bad.any():
+        ns[bad] = 0.0
+        out = ns.astype(np.int64)
+        out[bad] = MISSING_TIME
+        return out
+    return ns.astype(np.int64)
+
+
+MISSING_TIME = np.iinfo(np.int64).min
+
+
+def floats(values: Sequence[Any]) -> F64:
+    """Coerce a list of JSON values to float64; None and unreadable values become NaN."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        return np.array([_float(v) for v in values], dtype=np.float64)
+
+
+def _float(v: Any) -> float:
+    if v is None or isinstance(v, bool):
+        return math.nan
+    if isinstance(v, (int, float)):
+        try:
+            return float(v)
+        except OverflowError:
+            return math.nan
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            return float(int(s, 16)) if s.lower().startswith("0x") else float(s)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def ints(values: Sequence[Any]) -> I64:
+    """Coerce ids to int64 (hex strings allowed); missing or unreadable values become -1."""
+    filled = [-1 if v is None else v for v in values]
+    try:
+        return np.array(filled, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        return np.array([_int(v) for v in filled], dtype=np.int64)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if -(2**63) <= v < 2**63 else -1
+    if isinstance(v, float):
+        return int(v) if math.isfinite(v) and abs(v) < 9.0e18 else -1
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            return int(s, 16) if s.lower().startswith("0x") else int(float(s))
+        except (ValueError, OverflowError):
+            return -1
+    return -1
+
+
+class Interner:
+    """Names as codes into a shared list of unique strings (most names repeat thousands of times)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+
+    def encode(self, names: Sequence[Any]) -> npt.NDArray[np.int32]:
+        table = self.codes
+        out = []
+        for s in names:
+            if s.__class__ is not str:
+                s = "" if s is None else str(s)
+            c = table.get(s)
+            if c is None:
+                c = table[s] = len(table)
+            out.append(c)
+        return np.array(out, dtype=np.int32)
+
+    def categorical(self, codes: npt.NDArray[np.int32]) -> pd.Categorical:
+        cats = pd.Index(list(self.codes), dtype=object)
+        return pd.Categorical.from_codes(codes, categories=cats, validate=False)
+
+
+def _xyz(values: Sequence[Any]) -> tuple[I64, I64, I64]:
+    """Grid/block ``[x, y, z]`` lists to three int columns (missing → 0)."""
+    xs, ys, zs = [], [], []
+    for v in values:
+        if isinstance(v, list) and len(v) == 3:
+            x, y, z = (_int(c) for c in v)
+        else:
+            x = y = z = 0
+        xs.append(x)
+        ys.append(y)
+        zs.append(z)
+    return (np.array(xs, dtype=np.int64), np.array(ys, dtype=np.int64), np.array(zs, dtype=np.int64))
+
+
+def _raw(values: Sequence[Any]) -> npt.NDArray[np.object_]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = [None if v is NULL or v is None else bytes(v) for v in values]
+    return out
+
+
+def _strs(values: Sequence[Any]) -> npt.NDArray[np.object_]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = [None if v is None else str(v) for v in values]
+    return out
+
+
+def _first(a: list[Any], b: Callable[[], list[Any]]) -> list[Any]:
+    """``a`` with its gaps filled from ``b()`` (an alias key); ``b`` is only read when needed."""
+    if None not in a:
+        return a
+    alt = b()
+    return [x if x is not None else y for x, y in zip(a, alt, strict=True)]
+
+
+def _ext_ids(args: list[Args]) -> I64:
+    return ints(_first([a.external_id for a in args], lambda: [a.external_id_lower for a in args]))
+
+
+def _xyz_fast(values: list[Any]) -> tuple[I64, I64, I64]:
+    try:
+        arr = np.array([(0, 0, 0) if v is None else v for v in values], dtype=np.int64)
+        if arr.ndim == 2 and arr.shape[1] == 3:
+            return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
+    except (ValueError, TypeError, OverflowError):
+        pass
+    return _xyz(values)
+
+
+def _collectives(
+    sink: ColumnSink, evs: list[Event], args: list[Args], on_gpu: bool
+) -> None:
+    """Collective metadata (format doc §4.9) is sparse: keep it in its own small table."""
+    idx = [i for i, a in enumerate(args) if a.collective_name is not None]
+    if not idx:
+        return
+    sub = [args[i] for i in idx]
+    sev = [evs[i] for i in idx]
+    cols = sink.times(sev)
+    cols["on_gpu"] = np.full(len(idx), on_gpu)
+    cols["pid"] = ints([e.pid for e in sev])
+    cols["tid"] = ints([e.tid for e in sev])
+    cols["correlation"] = ints([a.correlation for a in sub])
+    cols["ext_id"] = _ext_ids(sub)
+    cols["collective"] = _strs([a.collective_name for a in sub])
+    cols["in_nelems"] = floats([a.in_msg_nelems for a in sub])
+    cols["out_nelems"] = floats([a.out_msg_nelems for a in sub])
+    cols["dtype"] = _strs([a.dtype for a in sub])
+    cols["group_size"] = ints([a.group_size for a in sub])
+    cols["pg_name"] = _strs(_first([a.pg_name for a in sub], lambda: [a.pg_name_old for a in sub]))
+    cols["pg_ranks"] = _strs([a.pg_ranks for a in sub])
+    cols["seq"] = ints([a.seq for a in sub])
+    sink._append("collectives", cols)
+
+
+_EMPTY_ARGS = Args()
+
+
+class ColumnSink:
+    """Collects the column arrays of every batch, per table, and concatenates them at the end."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, dict[str, list[Any]]] = {}
+        self.names: dict[str, Interner] = {}
+        self.metadata: list[Event] = []
+        self.other_categories: dict[str, int] = {}
+        self.bad_times = 0
+        self.negative_durations = 0
+
+    # -- batch intake -------------------------------------------------------------------------
+    def add_batch(self, events: list[Event]) -> None:
+        buckets: dict[str, list[Event]] = {}
+        for e in events:
+            cat = e.cat
+            if cat.__class__ is not str:
+                if e.ph == "M":
+                    self.metadata.append(e)
+                    continue
+                cat = "" if cat is None else str(cat)
+            family = FAMILY.get(cat) or FAMILY.get(CATEGORY_ALIASES.get(cat, ""), "")
+            if not family:
+                if e.ph == "M":
+                    self.metadata.append(e)
+                    continue
+                family = "other"
+                self.other_categories[cat] = self.other_categories.get(cat, 0) + 1
+            bucket = buckets.get(family)
+            if bucket is None:
+                bucket = buckets[family] = []
+            bucket.append(e)
+        for family, bucket in buckets.items():
+            build = _BUILDERS.get(family)
+            if build is not None:
+                cols = build(self, family, bucket)
+                self._append(family, cols)
+
+    def _append(self, family: str, cols: dict[str, Any]) -> None:
+        store = self.parts.setdefault(family, {})
+        for k, v in cols.items():
+            store.setdefault(k, []).append(v)
+
+    def interner(self, family: str) -> Interner:
+        it = self.names.get(family)
+        if it is None:
+            it = self.names[family] = Interner()
+        return it
+
+    def times(self, evs: list[Event], duration: bool = True) -> dict[str, Any]:
+        ts = to_ns([e.ts for e in evs])
+        cols: dict[str, Any] = {"ts_ns": ts}
+        if duration:
+            dur = to_ns([0 if e.dur is None else e.dur for e in evs])
+            neg = dur < 0
+            if neg.any():
+                # Kineto clamps durations to >= 0 (format doc §1.4): a negative one is damage.
+                self.negative_durations += int(neg.sum())
+                dur[neg & (dur != MISSING_TIME)] = 0
+            cols["dur_ns"] = dur
+        return cols
+
+    # -- final tables -------------------------------------------------------------------------
+    def table(self, family: str) -> pd.DataFrame:
+        store = self.parts.get(family)
+        if not store:
+            return pd.DataFrame()
+        data: dict[str, Any] = {}
+        for k, chunks in store.items():
+            arr = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+            if k == "name":
+                data[k] = self.interner(family).categorical(arr)
+            else:
+                data[k] = arr
+        store.clear()
+        df = pd.DataFrame(data, copy=False)
+        bad = df["ts_ns"] == MISSING_TIME
+        if "dur_ns" in df:
+            bad |= df["dur_ns"] == MISSING_TIME
+        if bad.any():
+            self.bad_times += int(bad.sum())
+            df = df[~bad]
+        if "dur_ns" in df:
+            df["end_ns"] = df["ts_ns"] + df["dur_ns"]
+        return df.reset_index(drop=True)
+
+
+def _host(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    args = [e.args or _EMPTY_ARGS for e in evs]
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    cols["is_annotation"] = np.array([e.cat != "cpu_op" for e in evs], dtype=bool)
+    cols["pid"] = ints([e.pid for e in evs])
+    cols["tid"] = ints([e.tid for e in evs])
+    cols["ext_id"] = _ext_ids(args)
+    cols["seq_nr"] = ints([a.sequence_number for a in args])
+    cols["fwd_tid"] = ints([a.fwd_thread_id for a in args])
+    cols["rf_id"] = ints([a.record_function_id for a in args])
+    cols["unfinished"] = np.array([a.finished is False for a in args], dtype=bool)
+    cols["input_dims"] = _raw([a.input_dims for a in args])
+    cols["input_types"] = _raw([a.input_type for a in args])
+    cols["concrete_inputs"] = _raw([a.concrete_inputs for a in args])
+    _collectives(sink, evs, args, on_gpu=False)
+    return cols
+
+
+def _frames(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    args = [e.args or _EMPTY_ARGS for e in evs]
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    cols["pid"] = ints([e.pid for e in evs])
+    cols["tid"] = ints([e.tid for e in evs])
+    cols["py_id"] = ints([a.python_id for a in args])
+    cols["py_parent"] = ints([a.python_parent_id for a in args])
+    cols["module_id"] = ints([a.python_module_id for a in args])
+    return cols
+
+
+def _runtime(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    args = [e.args or _EMPTY_ARGS for e in evs]
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    cols["is_driver"] = np.array([e.cat == "cuda_driver" for e in evs], dtype=bool)
+    cols["pid"] = ints([e.pid for e in evs])
+    cols["tid"] = ints([e.tid for e in evs])
+    cols["correlation"] = ints([a.correlation for a in args])
+    cols["ext_id"] = _ext_ids(args)
+    cols["cbid"] = ints(_first([a.cbid for a in args], lambda: [a.cid for a in args]))
+    cols["stream_arg"] = ints([a.stream for a in args])
+    return cols
+
+
+def _gpu(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    args = [e.args or _EMPTY_ARGS for e in evs]
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    cols["kind"] = np.array([_GPU_KIND.get(e.cat, 0) for e in evs], dtype=np.int8)
+    dev = ints([a.device for a in args])
+    cols["device"] = np.where(dev >= 0, dev, ints([e.pid for e in evs]))
+    stream = ints([a.stream for a in args])
+    cols["stream"] = np.where(stream >= 0, stream, ints([e.tid for e in evs]))
+    cols["correlation"] = ints([a.correlation for a in args])
+    cols["ext_id"] = _ext_ids(args)
+    gx, gy, gz = _xyz_fast([a.grid for a in args])
+    bx, by, bz = _xyz_fast([a.block for a in args])
+    cols.update(grid_x=gx, grid_y=gy, grid_z=gz, block_x=bx, block_y=by, block_z=bz)
+    cols["registers"] = floats([a.registers for a in args])
+    cols["shared_mem"] = floats([a.shared_memory for a in args])
+    cols["blocks_per_sm"] = floats([a.blocks_per_sm for a in args])
+    cols["warps_per_sm"] = floats([a.warps_per_sm for a in args])
+    cols["occupancy_pct"] = floats([a.occupancy for a in args])
+    cols["graph_id"] = ints([a.graph_id for a in args])
+    cols["bytes"] = floats(_first([a.bytes for a in args], lambda: [a.size for a in args]))
+    _collectives(sink, evs, args, on_gpu=True)
+    return cols
+
+
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+_GPU_KIND = {"kernel": KERNEL, "Kernel": KERNEL, "gpu_memcpy": MEMCPY, "Memcpy": MEMCPY, "gpu_memset": MEMSET, "Memset": MEMSET}
+
+
+def _gpu_annotations(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    args = [e.args or _EMPTY_ARGS for e in evs]
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    cols["device"] = ints([e.pid for e in evs])
+    cols["stream"] = ints([e.tid for e in evs])
+    cols["ext_id"] = ints([a.external_id for a in args])
+    return cols
+
+
+def _syncs(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    args = [e.args or _EMPTY_ARGS for e in evs]
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    pid = ints([e.pid for e in evs])
+    dev = ints([a.device for a in args])
+    cols["device"] = np.where(dev >= 0, dev, pid)
+    cols["stream"] = ints([a.stream for a in args])
+    cols["correlation"] = ints([a.correlation for a in args])
+    cols["ext_id"] = ints([a.external_id for a in args])
+    cols["wait_on_stream"] = ints([a.wait_on_stream for a in args])
+    cols["wait_on_event_corr"] = ints([a.wait_on_event_corr for a in args])
+    return cols
+
+
+def _memory(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    evs = [e for e in evs if e.name in ("[memory]", "[OutOfMemory]")]
+    args = [e.args or _EMPTY_ARGS for e in evs]
+    cols = sink.times(evs, duration=False)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    cols["pid"] = ints([e.pid for e in evs])
+    cols["tid"] = ints([e.tid for e in evs])
+    cols["bytes"] = floats([a.mem_bytes for a in args])
+    cols["total_allocated"] = floats([a.total_allocated for a in args])
+    cols["total_reserved"] = floats([a.total_reserved for a in args])
+    cols["device_type"] = ints([a.device_type for a in args])
+    cols["device_id"] = ints([a.device_id for a in args])
+    return cols
+
+
+def _overhead(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    return cols
+
+
+def _flows(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    cols = sink.times(evs, duration=False)
+    cols["is_start"] = np.array([e.ph == "s" for e in evs], dtype=bool)
+    cols["is_fwdbwd"] = np.array([e.cat in ("fwdbwd", "forward_backward") for e in evs], dtype=bool)
+    cols["flow_id"] = ints([e.id for e in evs])
+    cols["pid"] = ints([e.pid for e in evs])
+    cols["tid"] = ints([e.tid for e in evs])
+    return cols
+
+
+def _other(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
+    evs = [e for e in evs if e.ph == "X"]
+    cols = sink.times(evs)
+    cols["name"] = sink.interner(family).encode([e.name for e in evs])
+    cols["category"] = _strs([e.cat for e in evs])
+    return cols
+
+
+_BUILDERS: dict[str, Callable[[ColumnSink, str, list[Event]], dict[str, Any]]] = {
+    "host": _host,
+    "frames": _frames,
+    "runtime": _runtime,
+    "gpu": _gpu,
+    "gpu_annotations": _gpu_annotations,
+    "syncs": _syncs,
+    "memory": _memory,
+    "overhead": _overhead,
+    "flows": _flows,
+    "other": _other,
+}

@@ -1,0 +1,538 @@
+"""The trace model: columnar tables plus the derived views every rule shares.
+
+Tables (pandas DataFrames, times in int64 nanoseconds: ``ts_ns``, ``dur_ns``, ``end_ns``):
+
+* ``host``: CPU ops and user annotations (``is_annotation``), with ``pid``, ``tid``, ``ext_id``,
+  autograd ``seq_nr``, input shapes kept as raw JSON bytes until asked for;
+* ``frames``: Python frames (``with_stack``); ``runtime``: CUDA/HIP runtime and driver calls;
+* ``gpu``: kernels, memcpys and memsets (``kind`` 0/1/2) with launch geometry and bytes;
+* ``gpu_annotations``, ``syncs`` (``cuda_sync``), ``memory`` (``[memory]`` instants),
+  ``collectives`` (NCCL metadata from ops and kernels), ``flows``, ``overhead``, ``other``.
+
+Derived views are computed once, on first use, and cached: links (``gpu.launch``, ``gpu.op``,
+``runtime.op``), host nesting (``parent``, ``depth``), steps, per-device busy intervals and idle
+gaps, source locations, and the dependency graph (``graph.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from traceadvisor.trace import intervals
+from traceadvisor.trace.columns import KERNEL, MEMCPY, MEMSET
+from traceadvisor.trace.schema import Event
+
+if TYPE_CHECKING:
+    from traceadvisor.trace.graph import TraceGraph
+
+I64 = npt.NDArray[np.int64]
+
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
+# Frames from these locations are library code; the first frame outside them is the user's line.
+_LIBRARY_PARTS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "threading.py", "runpy.py")
+
+EMPTY_TABLE_COLUMNS: dict[str, list[str]] = {
+    "host": ["ts_ns", "dur_ns", "end_ns", "name", "is_annotation", "pid", "tid", "ext_id", "seq_nr",
+             "fwd_tid", "rf_id", "unfinished", "input_dims", "input_types", "concrete_inputs"],
+    "frames": ["ts_ns", "dur_ns", "end_ns", "name", "pid", "tid", "py_id", "py_parent", "module_id"],
+    "runtime": ["ts_ns", "dur_ns", "end_ns", "name", "is_driver", "pid", "tid", "correlation", "ext_id",
+                "cbid", "stream_arg"],
+    "gpu": ["ts_ns", "dur_ns", "end_ns", "name", "kind", "device", "stream", "correlation", "ext_id",
+            "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem",
+            "blocks_per_sm", "warps_per_sm", "occupancy_pct", "graph_id", "bytes"],
+    "gpu_annotations": ["ts_ns", "dur_ns", "end_ns", "name", "device", "stream", "ext_id"],
+    "syncs": ["ts_ns", "dur_ns", "end_ns", "name", "device", "stream", "correlation", "ext_id",
+              "wait_on_stream", "wait_on_event_corr"],
+    "memory": ["ts_ns", "name", "pid", "tid", "bytes", "total_allocated", "total_reserved",
+               "device_type", "device_id"],
+    "collectives": ["ts_ns", "dur_ns", "end_ns", "on_gpu", "pid", "tid", "correlation", "ext_id",
+                    "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_ranks", "seq"],
+    "flows": ["ts_ns", "is_start", "is_fwdbwd", "flow_id", "pid", "tid"],
+    "overhead": ["ts_ns", "dur_ns", "end_ns", "name"],
+    "other": ["ts_ns", "dur_ns", "end_ns", "name", "category"],
+}
+
+_INT_COLUMNS = {"ts_ns", "dur_ns", "end_ns", "pid", "tid", "ext_id", "seq_nr", "fwd_tid", "rf_id", "py_id",
+                "py_parent", "module_id", "correlation", "cbid", "stream_arg", "device", "stream",
+                "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "graph_id",
+                "wait_on_stream", "wait_on_event_corr", "device_type", "device_id", "flow_id", "group_size", "seq"}
+
+
+def _empty(family: str) -> pd.DataFrame:
+    cols = EMPTY_TABLE_COLUMNS[family]
+    data: dict[str, Any] = {}
+    for c in cols:
+        if c in _INT_COLUMNS:
+            data[c] = np.empty(0, np.int64)
+        elif c in ("is_annotation", "unfinished", "is_driver", "on_gpu", "is_start", "is_fwdbwd"):
+            data[c] = np.empty(0, bool)
+        elif c == "kind":
+            data[c] = np.empty(0, np.int8)
+        elif c == "name":
+            data[c] = pd.Categorical([])
+        elif c in ("input_dims", "input_types", "concrete_inputs", "collective", "dtype", "pg_name",
+                   "pg_ranks", "category"):
+            data[c] = np.empty(0, object)
+        else:
+            data[c] = np.empty(0, np.float64)
+    return pd.DataFrame(data)
+
+
+@dataclass
+class TraceMeta:
+    """What the file says about itself."""
+
+    path: str
+    rank: int | None = None
+    world_size: int | None = None
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    distributed: dict[str, Any] | None = None
+    flags: dict[str, bool] = field(default_factory=dict)
+    base_time_ns: int | None = None
+    top_keys: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    truncated: bool = False
+    unknown_categories: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Profiler steps: ``ProfilerStep#N`` windows on the CPU and, separately, on each GPU.
+
+    ``table`` has one row per step: ``step`` (N), ``name``, ``cpu_start_ns``, ``cpu_end_ns``,
+    ``gpu_start_ns``, ``gpu_end_ns`` (-1 when the step launched no GPU work), ``gpu_basis``
+    (``annotation``: kineto's GPU mirror of the step; ``launches``: span of the GPU work launched
+    from inside the CPU step).
+    """
+
+    table: pd.DataFrame
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+class Trace:
+    """One rank's trace: tables, metadata and cached derived views."""
+
+    def __init__(self, meta: TraceMeta, tables: dict[str, pd.DataFrame], metadata_events: list[Event]) -> None:
+        self.meta = meta
+        get = tables.get
+        self.host: pd.DataFrame = _table(get("host"), "host")
+        self.frames: pd.DataFrame = _table(get("frames"), "frames")
+        self.runtime: pd.DataFrame = _table(get("runtime"), "runtime")
+        self.gpu: pd.DataFrame = _table(get("gpu"), "gpu")
+        self.gpu_annotations: pd.DataFrame = _table(get("gpu_annotations"), "gpu_annotations")
+        self.syncs: pd.DataFrame = _table(get("syncs"), "syncs")
+        self.memory: pd.DataFrame = _table(get("memory"), "memory")
+        self.collectives: pd.DataFrame = _table(get("collectives"), "collectives")
+        self.flows: pd.DataFrame = _table(get("flows"), "flows")
+        self.overhead: pd.DataFrame = _table(get("overhead"), "overhead")
+        self.other: pd.DataFrame = _table(get("other"), "other")
+        self.process_labels, self.thread_names = _read_metadata(metadata_events)
+
+    # -- identity ------------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        return self.meta.path
+
+    @property
+    def rank(self) -> int | None:
+        return self.meta.rank
+
+    @cached_property
+    def platform(self) -> str:
+        """``cuda``, ``rocm`` or ``cpu`` (HIP runtime names mark ROCm, format doc §7)."""
+        if len(self.runtime) and self.runtime["name"].cat.categories.str.startswith("hip").any():
+            return "rocm"
+        if any("roctracer_version" in k or "hip_runtime_version" in k or "rocprofiler" in k for k in self.meta.top_keys):
+            return "rocm"
+        if len(self.gpu) or len(self.runtime):
+            return "cuda"
+        return "cpu"
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        """GPU kernels only (a filtered view of ``gpu`` keeping its row labels), with links."""
+        self.links  # noqa: B018 - adds launch/op columns first
+        return self.gpu[self.gpu["kind"] == KERNEL]
+
+    @cached_property
+    def ops(self) -> pd.DataFrame:
+        """CPU operators only (no user annotations), keeping ``host`` row labels."""
+        return self.host[~self.host["is_annotation"]]
+
+    @cached_property
+    def annotations(self) -> pd.DataFrame:
+        """User annotations (``record_function``, ``ProfilerStep#N``, optimizer steps)."""
+        return self.host[self.host["is_annotation"]]
+
+    @cached_property
+    def device_ids(self) -> list[int]:
+        """GPU devices with activity, busiest first."""
+        if not len(self.gpu):
+            return []
+        busy = self.gpu.groupby("device", sort=False)["dur_ns"].sum().sort_values(ascending=False)
+        return [int(d) for d in busy.index]
+
+    def device_properties(self, device: int | None = None) -> dict[str, Any] | None:
+        """``deviceProperties`` entry of a device (the busiest one by default)."""
+        if device is None:
+            device = self.device_ids[0] if self.device_ids else None
+        for d in self.meta.devices:
+            if device is None or d.get("id") == device:
+                return d
+        return None
+
+    # -- links -----------------------------------------------------------------------------
+    @cached_property
+    def external_ids_trustworthy(self) -> bool:
+        """Whether runtime/GPU ``External id`` names the launching op (kineto ≥ 2024-02).
+
+        Before kineto#873 (≈ torch 2.3) it merely repeated ``correlation`` (format doc §5.1), and
+        matching it against op ids gives false links; then launches are tied by time nesting.
+        """
+        rt = self.runtime
+        both = rt[(rt["ext_id"] >= 0) & (rt["correlation"] >= 0)]
+        if len(both) == 0:
+            g = self.gpu
+            both = g[(g["ext_id"] >= 0) & (g["correlation"] >= 0)]
+            if len(both) == 0:
+                return True
+        same = float((both["ext_id"] == both["correlation"]).mean())
+        return same < 0.9
+
+    @cached_property
+    def links(self) -> None:
+        """Compute ``gpu.launch`` (runtime row), ``runtime.op`` and ``gpu.op`` (host row), ``-1`` if none."""
+        rt, gpu = self.runtime, self.gpu
+        # Runtime call ↔ GPU work by correlation. A graph launch has many GPU records with one id.
+        rt_valid = rt[rt["correlation"] >= 0]
+        rt_index = pd.Index(rt_valid["correlation"].to_numpy())
+        if not rt_index.is_unique:
+            keep = ~rt_index.duplicated()
+            rt_valid = rt_valid[keep]
+            rt_index = rt_index[keep]
+        pos = rt_index.get_indexer(gpu["correlation"].to_numpy())
+        launch = np.where(pos >= 0, rt_valid.index.to_numpy()[np.maximum(pos, 0)], -1)
+        gpu["launch"] = launch.astype(np.int64)
+        rt["op"] = self._launching_ops()
+        rt_op = rt["op"].to_numpy()
+        gpu["op"] = np.where(launch >= 0, rt_op[np.maximum(launch, 0)], -1).astype(np.int64)
+        # Kernels with no runtime record (launched before the window, or sampled traces) still
+        # name their op through External id when that id is trustworthy.
+        if self.external_ids_trustworthy:
+            missing = (gpu["op"].to_numpy() < 0) & (gpu["ext_id"].to_numpy() >= 0)
+            if missing.any():
+                gpu.loc[missing, "op"] = self._ops_by_ext_id(gpu.loc[missing, "ext_id"].to_numpy())
+        return None
+
+    def _ops_by_ext_id(self, ext: I64) -> I64:
+        ops = self.ops
+        idx = pd.Index(ops["ext_id"].to_numpy())
+        rows = ops.index.to_numpy()
+        if not idx.is_unique:
+            keep = ~idx.duplicated()
+            idx, rows = idx[keep], rows[keep]
+        p = idx.get_indexer(ext)
+        return np.where(p >= 0, rows[np.maximum(p, 0)], -1).astype(np.int64)
+
+    def _launching_ops(self) -> I64:
+        rt = self.runtime
+        result = np.full(len(rt), -1, dtype=np.int64)
+        if not len(rt):
+            return result
+        ext = rt["ext_id"].to_numpy()
+        if self.external_ids_trustworthy:
+            result = self._ops_by_ext_id(ext)
+        todo = np.flatnonzero(result < 0)
+        if len(todo):
+            result[todo] = self.innermost_op_at(
+                rt["pid"].to_numpy()[todo], rt["tid"].to_numpy()[todo], rt["ts_ns"].to_numpy()[todo]
+            )
+        return result
+
+    def innermost_op_at(self, pid: I64, tid: I64, ts: I64) -> I64:
+        """Host row of the innermost CPU op on ``(pid, tid)`` whose span contains ``ts`` (-1 if none)."""
+        return _innermost_on_threads(self.ops, pid, tid, ts)
+
+    @cached_property
+    def nesting(self) -> pd.DataFrame:
+        """``parent`` (host row, -1 at the root) and ``depth`` of every host event, per thread.
+
+        Ops nest strictly on a thread except at schedule boundaries, where ``ProfilerStep#N`` can
+        end inside an optimizer annotation (format doc §10.4); such partial overlaps take the
+        innermost event open at their start as parent.
+        """
+        host = self.host
+        parent = np.full(len(host), -1, dtype=np.int64)
+        depth = np.zeros(len(host), dtype=np.int64)
+        if len(host):
+            order = np.lexsort((-host["dur_ns"].to_numpy(), host["ts_ns"].to_numpy(), host["tid"].to_numpy(),
+                                host["pid"].to_numpy()))
+            ts = host["ts_ns"].to_numpy()[order].tolist()
+            end = host["end_ns"].to_numpy()[order].tolist()
+            pid = host["pid"].to_numpy()[order].tolist()
+            tid = host["tid"].to_numpy()[order].tolist()
+            rows = host.index.to_numpy()[order].tolist()
+            stack: list[int] = []  # positions in the sorted order
+            cur = None
+            par_out = [-1] * len(rows)
+            dep_out = [0] * len(rows)
+            for i in range(len(rows)):
+                key = (pid[i], tid[i])
+                if key != cur:
+                    stack.clear()
+                    cur = key
+                t = ts[i]
+                while stack and end[stack[-1]] <= t:
+                    stack.pop()
+                if stack:
+                    par_out[i] = rows[stack[-1]]
+                    dep_out[i] = len(stack)
+                stack.append(i)
+            parent[order] = par_out
+            depth[order] = dep_out
+        return pd.DataFrame({"parent": parent, "depth": depth}, index=host.index)
+
+    # -- steps ---------------------------------------------------------------------------------
+    @cached_property
+    def steps(self) -> Steps:
+        """Profiler steps with their CPU and GPU windows (see ``Steps``)."""
+        ann = self.annotations
+        names = ann["name"].astype(str)
+        nums = names.str.extract(_STEP_NAME, expand=False)
+        is_step = nums.notna().to_numpy()
+        st = ann[is_step]
+        cols = ["step", "name", "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "gpu_basis"]
+        if not len(st):
+            return Steps(pd.DataFrame({c: [] for c in cols}))
+        table = pd.DataFrame(
+            {
+                "step": nums[is_step].astype(np.int64).to_numpy(),
+                "name": names[is_step].to_numpy(),
+                "cpu_start_ns": st["ts_ns"].to_numpy(),
+                "cpu_end_ns": st["end_ns"].to_numpy(),
+            }
+        )
+        # One window per step number (a step can be recorded once per thread in odd traces).
+        table = (
+            table.groupby(["step", "name"], as_index=False)
+            .agg(cpu_start_ns=("cpu_start_ns", "min"), cpu_end_ns=("cpu_end_ns", "max"))
+            .sort_values("cpu_start_ns", kind="stable")
+            .reset_index(drop=True)
+        )
+        gs, ge, basis = self._gpu_step_windows(table)
+        table["gpu_start_ns"] = gs
+        table["gpu_end_ns"] = ge
+        table["gpu_basis"] = basis
+        return Steps(table)
+
+    def _gpu_step_windows(self, table: pd.DataFrame) -> tuple[I64, I64, list[str]]:
+        n = len(table)
+        gs = np.full(n, -1, dtype=np.int64)
+        ge = np.full(n, -1, dtype=np.int64)
+        basis = ["none"] * n
+        dev = self.device_ids[0] if self.device_ids else None
+        ga = self.gpu_annotations
+        if dev is not None and len(ga):
+            mine = ga[(ga["device"] == dev)]
+            mine = mine[mine["name"].astype(str).str.match(_STEP_NAME)]
+            if len(mine):
+                span = mine.groupby(mine["name"].astype(str)).agg(s=("ts_ns", "min"), e=("end_ns", "max"))
+                for i, nm in enumerate(table["name"]):
+                    if nm in span.index:
+                        # kineto widens GPU annotations by 1 ns (older: 1 µs) on each side
+                        # (format doc §1.4); the work inside defines the window, not the widening.
+                        gs[i], ge[i] = int(span.at[nm, "s"]), int(span.at[nm, "e"])
+                        basis[i] = "annotation"
+        # Steps without a GPU mirror: the span of the GPU work launched from inside the CPU step.
+        todo = [i for i in range(n) if basis[i] == "none"]
+        if todo and dev is not None:
+            self.links  # noqa: B018 - computes gpu.launch
+            g = self.gpu[(self.gpu["device"] == dev) & (self.gpu["launch"] >= 0)]
+            launch_ts = self.runtime["ts_ns"].to_numpy()[g["launch"].to_numpy()]
+            starts = table["cpu_start_ns"].to_numpy()
+            ends = table["cpu_end_ns"].to_numpy()
+            k = np.searchsorted(starts, launch_ts, side="right") - 1
+            inside = (k >= 0) & (launch_ts < ends[np.maximum(k, 0)])
+            if inside.any():
+                df = pd.DataFrame({"k": k[inside], "s": g["ts_ns"].to_numpy()[inside], "e": g["end_ns"].to_numpy()[inside]})
+                agg = df.groupby("k").agg(s=("s", "min"), e=("e", "max"))
+                for i in todo:
+                    if i in agg.index:
+                        gs[i], ge[i] = int(agg.at[i, "s"]), int(agg.at[i, "e"])
+                        basis[i] = "launches"
+        return gs, ge, basis
+
+    def step_of(self, ts: I64) -> I64:
+        """Step number whose CPU window holds each host timestamp (-1 outside every step)."""
+        t = self.steps.table
+        if not len(t):
+            return np.full(len(ts), -1, dtype=np.int64)
+        starts = t["cpu_start_ns"].to_numpy()
+        ends = t["cpu_end_ns"].to_numpy()
+        k = np.searchsorted(starts, ts, side="right") - 1
+        ok = (k >= 0) & (ts < ends[np.maximum(k, 0)])
+        return np.where(ok, t["step"].to_numpy()[np.maximum(k, 0)], -1)
+
+    # -- GPU time ------------------------------------------------------------------------------
+    def busy_intervals(self, device: int, include_syncs: bool = False) -> tuple[I64, I64]:
+        """Merged busy intervals of a device over all streams (kernels, memcpys, memsets)."""
+        key = (device, include_syncs)
+        cache = self._busy_cache
+        if key not in cache:
+            g = self.gpu[self.gpu["device"] == device]
+            s, e = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()
+            if include_syncs and len(self.syncs):
+                sy = self.syncs[self.syncs["device"] == device]
+                s = np.concatenate((s, sy["ts_ns"].to_numpy()))
+                e = np.concatenate((e, sy["end_ns"].to_numpy()))
+            cache[key] = intervals.merge(s, e)
+        return cache[key]
+
+    @cached_property
+    def _busy_cache(self) -> dict[tuple[int, bool], tuple[I64, I64]]:
+        return {}
+
+    def busy_ns(self, device: int, lo: int, hi: int) -> int:
+        """GPU busy time of a device inside ``[lo, hi)``."""
+        s, e = self.busy_intervals(device)
+        return int(intervals.covered(s, e, lo, hi)[0])
+
+    def idle_gaps(self, device: int, lo: int, hi: int) -> pd.DataFrame:
+        """Idle gaps of a device inside ``[lo, hi)`` (``start_ns``, ``end_ns``, ``dur_ns``)."""
+        s, e = self.busy_intervals(device)
+        gs, ge = intervals.gaps(s, e, lo, hi)
+        return pd.DataFrame({"start_ns": gs, "end_ns": ge, "dur_ns": ge - gs})
+
+    @cached_property
+    def analysis_window(self) -> tuple[int, int, str]:
+        """The window that GPU metrics cover: ``(start_ns, end_ns, basis)``.
+
+        With profiler steps, from the first step's GPU start to the last step's GPU end (the
+        steady state the schedule recorded); else the span of all GPU work; for a CPU-only trace
+        the span of the CPU steps or of all host events.
+        """
+        t = self.steps.table
+        if len(t) and (t["gpu_start_ns"] >= 0).any():
+            ok = t[t["gpu_start_ns"] >= 0]
+            return int(ok["gpu_start_ns"].min()), int(ok["gpu_end_ns"].max()), "steps (GPU windows)"
+        if len(self.gpu):
+            dev = self.device_ids[0]
+            g = self.gpu[self.gpu["device"] == dev]
+            return int(g["ts_ns"].min()), int(g["end_ns"].max()), "GPU activity span"
+        if len(t):
+            return int(t["cpu_start_ns"].min()), int(t["cpu_end_ns"].max()), "steps (CPU windows)"
+        if len(self.host):
+            return int(self.host["ts_ns"].min()), int(self.host["end_ns"].max()), "host activity span"
+        return 0, 0, "empty"
+
+    def stream_queues(self, device: int) -> pd.DataFrame:
+        """Per-stream launch queue: for each GPU op, launch time, start, end and queue delay."""
+        self.links  # noqa: B018
+        g = self.gpu[(self.gpu["device"] == device) & (self.gpu["launch"] >= 0)]
+        rt = self.runtime
+        launch = g["launch"].to_numpy()
+        df = pd.DataFrame(
+            {
+                "stream": g["stream"].to_numpy(),
+                "launch_ns": rt["ts_ns"].to_numpy()[launch],
+                "launch_end_ns": rt["end_ns"].to_numpy()[launch],
+                "start_ns": g["ts_ns"].to_numpy(),
+                "end_ns": g["end_ns"].to_numpy(),
+            },
+            index=g.index,
+        )
+        df["queue_delay_ns"] = df["start_ns"] - df["launch_end_ns"]
+        return df.sort_values(["stream", "start_ns"], kind="stable")
+
+    # -- source locations -----------------------------------------------------------------------
+    @cached_property
+    def frame_locations(self) -> pd.DataFrame:
+        """``file``, ``line``, ``function`` parsed from Python frame names, and ``is_user``."""
+        f = self.frames
+        names = pd.Series(f["name"].cat.categories)
+        parts = names.str.extract(_FRAME_NAME)
+        user = parts["file"].notna() & ~parts["file"].fillna("").str.contains(
+            "|".join(re.escape(p) for p in _LIBRARY_PARTS)
+        )
+        codes = f["name"].cat.codes.to_numpy()
+        return pd.DataFrame(
+            {
+                "file": parts["file"].to_numpy(dtype=object)[codes],
+                "line": pd.to_numeric(parts["line"], errors="coerce").to_numpy()[codes],
+                "function": parts["func"].to_numpy(dtype=object)[codes],
+                "is_user": user.to_numpy()[codes],
+            },
+            index=f.index,
+        )
+
+    def source_of(self, pid: I64, tid: I64, ts: I64) -> list[dict[str, Any] | None]:
+        """The innermost *user* Python frame (outside torch and site-packages) active at ``ts``."""
+        out: list[dict[str, Any] | None] = [None] * len(ts)
+        if not len(self.frames) or not len(ts):
+            return out
+        loc = self.frame_locations
+        user = self.frames[loc["is_user"].to_numpy()]
+        rows = _innermost_on_threads(user, pid, tid, ts)
+        for k in np.flatnonzero(rows >= 0).tolist():
+            r = rows[k]
+            out[k] = {"file": loc.at[r, "file"], "line": int(loc.at[r, "line"]), "function": loc.at[r, "function"]}
+        return out
+
+    # -- graph ---------------------------------------------------------------------------------
+    @cached_property
+    def graph(self) -> TraceGraph:
+        """The dependency graph (built on first use; large traces pay only if a rule asks)."""
+        from traceadvisor.trace.graph import TraceGraph
+
+        return TraceGraph.build(self)
+
+
+def _innermost_on_threads(events: pd.DataFrame, pid: I64, tid: I64, ts: I64) -> I64:
+    """Row label of the innermost event of ``events`` on the same thread containing each ``ts``."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    if not len(events) or not len(ts):
+        return out
+    for (p, t), grp in events.groupby(["pid", "tid"], sort=False):
+        sel = np.flatnonzero((pid == p) & (tid == t))
+        if not len(sel):
+            continue
+        order = np.lexsort((-grp["dur_ns"].to_numpy(), grp["ts_ns"].to_numpy()))
+        starts = grp["ts_ns"].to_numpy()[order]
+        ends = grp["end_ns"].to_numpy()[order]
+        rows = grp.index.to_numpy()[order]
+        pos = intervals.innermost(starts, ends, intervals.nest_parents(starts, ends), ts[sel])
+        out[sel] = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+    return out
+
+
+def _table(df: pd.DataFrame | None, family: str) -> pd.DataFrame:
+    if df is None or not len(df):
+        return _empty(family)
+    return df
+
+
+def _read_metadata(events: list[Event]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+    labels: dict[int, str] = {}
+    threads: dict[tuple[int, int], str] = {}
+    for e in events:
+        a = e.args
+        if a is None:
+            continue
+        if e.name == "process_labels" and isinstance(e.pid, int) and isinstance(a.labels, str):
+            labels[e.pid] = a.labels
+        elif e.name == "thread_name" and isinstance(e.pid, int) and isinstance(e.tid, int) and isinstance(a.name, str):
+            threads.setdefault((e.pid, e.tid), a.name)
+    return labels, threads
+
+
+__all__ = ["KERNEL", "MEMCPY", "MEMSET", "Steps", "Trace", "TraceMeta"]
