@@ -54,7 +54,9 @@ def _fail(message: str) -> typer.Exit:
 
 @app.command()
 def analyze(
-    traces: Annotated[list[Path], typer.Argument(help="Trace files (.json, .json.gz) or directories (one rank per file).")],
+    traces: Annotated[
+        list[Path], typer.Argument(help="Trace files (.json, .json.gz) or directories (one rank per file).")
+    ],
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (atomically).")] = None,
     fail_on: Annotated[
@@ -65,7 +67,8 @@ def analyze(
     ] = 16.0,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
-    from traceadvisor.analysis import SEVERITIES, analyze as run_analysis
+    from traceadvisor.analysis import SEVERITIES
+    from traceadvisor.analysis import analyze as run_analysis
     from traceadvisor.atomic import write_bytes
 
     try:

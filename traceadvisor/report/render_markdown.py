@@ -48,7 +48,9 @@ def render(report: Report) -> str:
         out.append(f"### [{f['severity']}] {f['rule']} ({f['code']})")
         out += ["", _cell(f["message"]), ""]
         if impact:
-            out.append(f"- impact: {_ms(impact.get('time_us', 0.0))} ({impact.get('share_pct', 0.0):.1f}%), {impact.get('basis', '')}")
+            out.append(
+                f"- impact: {_ms(impact.get('time_us', 0.0))} ({impact.get('share_pct', 0.0):.1f}%), {impact.get('basis', '')}"
+            )
         loc = f.get("location")
         if loc:
             out.append(f"- location: `{loc.get('file')}:{loc.get('line')}` in `{loc.get('function')}`")

@@ -66,8 +66,7 @@ def _findings(console: Console, report: Report) -> None:
         sev = f.get("severity", "low")
         impact = f.get("impact") or {}
         console.print(
-            Text(f"{i}. [{sev}] {f['rule']} ({f['code']}): ", style=_SEVERITY_STYLE.get(sev, ""))
-            + Text(f["message"])
+            Text(f"{i}. [{sev}] {f['rule']} ({f['code']}): ", style=_SEVERITY_STYLE.get(sev, "")) + Text(f["message"])
         )
         if impact:
             console.print(

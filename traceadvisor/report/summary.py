@@ -51,7 +51,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "gpu_busy_us": us(busy_main_ns),
         "gpu_idle_us": us(window - busy_main_ns) if devices else 0.0,
         "gpu_busy_pct": devices[0]["busy_pct"] if devices else 0.0,
-        "kernel_count": int(len(trace.kernels)),
+        "kernel_count": len(trace.kernels),
         "devices": devices,
         "steps": _steps(trace, main_dev),
         "top_kernels": _top_kernels(trace),

@@ -203,9 +203,7 @@ def _xyz_fast(values: list[Any]) -> tuple[I64, I64, I64]:
     return _xyz(values)
 
 
-def _collectives(
-    sink: ColumnSink, evs: list[Event], args: list[Args], on_gpu: bool
-) -> None:
+def _collectives(sink: ColumnSink, evs: list[Event], args: list[Args], on_gpu: bool) -> None:
     """Collective metadata (format doc §4.9) is sparse: keep it in its own small table."""
     idx = [i for i, a in enumerate(args) if a.collective_name is not None]
     if not idx:
@@ -390,7 +388,14 @@ def _gpu(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
 
 
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
-_GPU_KIND = {"kernel": KERNEL, "Kernel": KERNEL, "gpu_memcpy": MEMCPY, "Memcpy": MEMCPY, "gpu_memset": MEMSET, "Memset": MEMSET}
+_GPU_KIND = {
+    "kernel": KERNEL,
+    "Kernel": KERNEL,
+    "gpu_memcpy": MEMCPY,
+    "Memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "Memset": MEMSET,
+}
 
 
 def _gpu_annotations(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:

@@ -45,9 +45,11 @@ def covered(starts: I64, ends: I64, lo: I64 | int, hi: I64 | int) -> I64:
         has = j >= 0
         partial = np.zeros_like(t)
         partial[has] = np.maximum(ends[j[has]] - t[has], 0)
-        return total - partial
+        result: I64 = total - partial
+        return result
 
-    return np.maximum(upto(hi_a) - upto(lo_a), 0)
+    out: I64 = np.maximum(upto(hi_a) - upto(lo_a), 0)
+    return out
 
 
 def gaps(starts: I64, ends: I64, lo: int, hi: int) -> tuple[I64, I64]:

@@ -22,9 +22,7 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(
-                f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))
-            )
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
             if not found:
                 raise TraceError(f"{p}: directory has no .json or .json.gz trace files")
             out.extend(found)
@@ -37,9 +35,7 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def load(
-    paths: str | Path | Iterable[str | Path], max_bytes: int = DEFAULT_MAX_INFLATED_BYTES
-) -> list[Trace]:
+def load(paths: str | Path | Iterable[str | Path], max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> list[Trace]:
     """Load one trace per file. Ranks come from ``distributedInfo``, else from the file name."""
     if isinstance(paths, (str, Path)):
         paths = [paths]

@@ -30,7 +30,7 @@ from traceadvisor.trace.columns import KERNEL, MEMCPY, MEMSET
 from traceadvisor.trace.schema import Event
 
 if TYPE_CHECKING:
-    from traceadvisor.trace.graph import TraceGraph
+    from traceadvisor.trace.graph import CriticalPath, TraceGraph
 
 I64 = npt.NDArray[np.int64]
 
@@ -40,30 +40,131 @@ _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
 _LIBRARY_PARTS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "threading.py", "runpy.py")
 
 EMPTY_TABLE_COLUMNS: dict[str, list[str]] = {
-    "host": ["ts_ns", "dur_ns", "end_ns", "name", "is_annotation", "pid", "tid", "ext_id", "seq_nr",
-             "fwd_tid", "rf_id", "unfinished", "input_dims", "input_types", "concrete_inputs"],
+    "host": [
+        "ts_ns",
+        "dur_ns",
+        "end_ns",
+        "name",
+        "is_annotation",
+        "pid",
+        "tid",
+        "ext_id",
+        "seq_nr",
+        "fwd_tid",
+        "rf_id",
+        "unfinished",
+        "input_dims",
+        "input_types",
+        "concrete_inputs",
+    ],
     "frames": ["ts_ns", "dur_ns", "end_ns", "name", "pid", "tid", "py_id", "py_parent", "module_id"],
-    "runtime": ["ts_ns", "dur_ns", "end_ns", "name", "is_driver", "pid", "tid", "correlation", "ext_id",
-                "cbid", "stream_arg"],
-    "gpu": ["ts_ns", "dur_ns", "end_ns", "name", "kind", "device", "stream", "correlation", "ext_id",
-            "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem",
-            "blocks_per_sm", "warps_per_sm", "occupancy_pct", "graph_id", "bytes"],
+    "runtime": [
+        "ts_ns",
+        "dur_ns",
+        "end_ns",
+        "name",
+        "is_driver",
+        "pid",
+        "tid",
+        "correlation",
+        "ext_id",
+        "cbid",
+        "stream_arg",
+    ],
+    "gpu": [
+        "ts_ns",
+        "dur_ns",
+        "end_ns",
+        "name",
+        "kind",
+        "device",
+        "stream",
+        "correlation",
+        "ext_id",
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+        "registers",
+        "shared_mem",
+        "blocks_per_sm",
+        "warps_per_sm",
+        "occupancy_pct",
+        "graph_id",
+        "bytes",
+    ],
     "gpu_annotations": ["ts_ns", "dur_ns", "end_ns", "name", "device", "stream", "ext_id"],
-    "syncs": ["ts_ns", "dur_ns", "end_ns", "name", "device", "stream", "correlation", "ext_id",
-              "wait_on_stream", "wait_on_event_corr"],
-    "memory": ["ts_ns", "name", "pid", "tid", "bytes", "total_allocated", "total_reserved",
-               "device_type", "device_id"],
-    "collectives": ["ts_ns", "dur_ns", "end_ns", "on_gpu", "pid", "tid", "correlation", "ext_id",
-                    "collective", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_ranks", "seq"],
+    "syncs": [
+        "ts_ns",
+        "dur_ns",
+        "end_ns",
+        "name",
+        "device",
+        "stream",
+        "correlation",
+        "ext_id",
+        "wait_on_stream",
+        "wait_on_event_corr",
+    ],
+    "memory": ["ts_ns", "name", "pid", "tid", "bytes", "total_allocated", "total_reserved", "device_type", "device_id"],
+    "collectives": [
+        "ts_ns",
+        "dur_ns",
+        "end_ns",
+        "on_gpu",
+        "pid",
+        "tid",
+        "correlation",
+        "ext_id",
+        "collective",
+        "in_nelems",
+        "out_nelems",
+        "dtype",
+        "group_size",
+        "pg_name",
+        "pg_ranks",
+        "seq",
+    ],
     "flows": ["ts_ns", "is_start", "is_fwdbwd", "flow_id", "pid", "tid"],
     "overhead": ["ts_ns", "dur_ns", "end_ns", "name"],
     "other": ["ts_ns", "dur_ns", "end_ns", "name", "category"],
 }
 
-_INT_COLUMNS = {"ts_ns", "dur_ns", "end_ns", "pid", "tid", "ext_id", "seq_nr", "fwd_tid", "rf_id", "py_id",
-                "py_parent", "module_id", "correlation", "cbid", "stream_arg", "device", "stream",
-                "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "graph_id",
-                "wait_on_stream", "wait_on_event_corr", "device_type", "device_id", "flow_id", "group_size", "seq"}
+_INT_COLUMNS = {
+    "ts_ns",
+    "dur_ns",
+    "end_ns",
+    "pid",
+    "tid",
+    "ext_id",
+    "seq_nr",
+    "fwd_tid",
+    "rf_id",
+    "py_id",
+    "py_parent",
+    "module_id",
+    "correlation",
+    "cbid",
+    "stream_arg",
+    "device",
+    "stream",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "graph_id",
+    "wait_on_stream",
+    "wait_on_event_corr",
+    "device_type",
+    "device_id",
+    "flow_id",
+    "group_size",
+    "seq",
+}
 
 
 def _empty(family: str) -> pd.DataFrame:
@@ -78,8 +179,16 @@ def _empty(family: str) -> pd.DataFrame:
             data[c] = np.empty(0, np.int8)
         elif c == "name":
             data[c] = pd.Categorical([])
-        elif c in ("input_dims", "input_types", "concrete_inputs", "collective", "dtype", "pg_name",
-                   "pg_ranks", "category"):
+        elif c in (
+            "input_dims",
+            "input_types",
+            "concrete_inputs",
+            "collective",
+            "dtype",
+            "pg_name",
+            "pg_ranks",
+            "category",
+        ):
             data[c] = np.empty(0, object)
         else:
             data[c] = np.empty(0, np.float64)
@@ -152,7 +261,9 @@ class Trace:
         """``cuda``, ``rocm`` or ``cpu`` (HIP runtime names mark ROCm, format doc §7)."""
         if len(self.runtime) and self.runtime["name"].cat.categories.str.startswith("hip").any():
             return "rocm"
-        if any("roctracer_version" in k or "hip_runtime_version" in k or "rocprofiler" in k for k in self.meta.top_keys):
+        if any(
+            "roctracer_version" in k or "hip_runtime_version" in k or "rocprofiler" in k for k in self.meta.top_keys
+        ):
             return "rocm"
         if len(self.gpu) or len(self.runtime):
             return "cuda"
@@ -275,8 +386,9 @@ class Trace:
         parent = np.full(len(host), -1, dtype=np.int64)
         depth = np.zeros(len(host), dtype=np.int64)
         if len(host):
-            order = np.lexsort((-host["dur_ns"].to_numpy(), host["ts_ns"].to_numpy(), host["tid"].to_numpy(),
-                                host["pid"].to_numpy()))
+            order = np.lexsort(
+                (-host["dur_ns"].to_numpy(), host["ts_ns"].to_numpy(), host["tid"].to_numpy(), host["pid"].to_numpy())
+            )
             ts = host["ts_ns"].to_numpy()[order].tolist()
             end = host["end_ns"].to_numpy()[order].tolist()
             pid = host["pid"].to_numpy()[order].tolist()
@@ -364,7 +476,9 @@ class Trace:
             k = np.searchsorted(starts, launch_ts, side="right") - 1
             inside = (k >= 0) & (launch_ts < ends[np.maximum(k, 0)])
             if inside.any():
-                df = pd.DataFrame({"k": k[inside], "s": g["ts_ns"].to_numpy()[inside], "e": g["end_ns"].to_numpy()[inside]})
+                df = pd.DataFrame(
+                    {"k": k[inside], "s": g["ts_ns"].to_numpy()[inside], "e": g["end_ns"].to_numpy()[inside]}
+                )
                 agg = df.groupby("k").agg(s=("s", "min"), e=("e", "max"))
                 for i in todo:
                     if i in agg.index:
@@ -495,6 +609,24 @@ class Trace:
         from traceadvisor.trace.graph import TraceGraph
 
         return TraceGraph.build(self)
+
+    def step_critical_path(self, step: int) -> CriticalPath | None:
+        """Critical path of one step: from the step's last GPU work back to its CPU start."""
+        from traceadvisor.trace.graph import TraceGraph
+
+        t = self.steps.table
+        row = t[t["step"] == step]
+        if not len(row):
+            return None
+        r = row.iloc[0]
+        lo = int(r["cpu_start_ns"])
+        hi = int(max(r["cpu_end_ns"], r["gpu_end_ns"]))
+        g = TraceGraph.build(self, (lo, hi))
+        end_nodes = [n for n in g.g if n[0] == "gpu" and int(r["gpu_start_ns"]) <= g.g.nodes[n]["start"] < hi]
+        if not end_nodes:
+            return g.critical_path(start_bound=lo)
+        last = max(end_nodes, key=lambda n: g.g.nodes[n]["end"])
+        return g.critical_path(last, start_bound=lo)
 
 
 def _innermost_on_threads(events: pd.DataFrame, pid: I64, tid: I64, ts: I64) -> I64:

@@ -92,9 +92,7 @@ def iter_blocks(path: Path, result: ReadResult, max_bytes: int) -> Iterator[byte
                     if total == 0:
                         raise TraceError(f"{path}: corrupt gzip data ({exc})") from None
                     result.truncated = True
-                    result.warnings.append(
-                        f"gzip stream is corrupt after {total} bytes; analysed the events before it"
-                    )
+                    result.warnings.append(f"gzip stream is corrupt after {total} bytes; analysed the events before it")
                     break
                 if inflater.eof:
                     break
@@ -279,9 +277,7 @@ def _read_head(path: Path, blocks: Iterator[bytes], result: ReadResult) -> tuple
     if isinstance(doc, dict):
         if "traceEvents" not in doc:
             raise TraceError(f"{path}: JSON object has no traceEvents key; not a profiler trace")
-        raise TraceError(
-            f"{path}: traceEvents is a {type(doc['traceEvents']).__name__}, not a list of events"
-        )
+        raise TraceError(f"{path}: traceEvents is a {type(doc['traceEvents']).__name__}, not a list of events")
     raise TraceError(f"{path}: JSON is not a trace object")
 
 
