@@ -49,7 +49,8 @@ def render(report: Report) -> str:
         out += ["", _cell(f["message"]), ""]
         if impact:
             out.append(
-                f"- impact: {_ms(impact.get('time_us', 0.0))} ({impact.get('share_pct', 0.0):.1f}%), {impact.get('basis', '')}"
+                f"- impact: {_ms(impact.get('time_us', 0.0))} ({impact.get('share_pct', 0.0):.1f}%), "
+                f"{impact.get('basis', '')}"
             )
         loc = f.get("location")
         if loc:

@@ -246,6 +246,9 @@ class Trace:
         self.overhead: pd.DataFrame = _table(get("overhead"), "overhead")
         self.other: pd.DataFrame = _table(get("other"), "other")
         self.process_labels, self.thread_names = _read_metadata(metadata_events)
+        # Links are columns of the base tables (gpu.launch, gpu.op, runtime.op): add them now so
+        # that every view of those tables has them.
+        self.links  # noqa: B018
 
     # -- identity ------------------------------------------------------------------------------
     @property

@@ -1,0 +1,68 @@
+"""The command line: formats, atomic output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EXTERNAL = Path(__file__).resolve().parents[1].parent / "shared" / "external-traces"
+BERT = EXTERNAL / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+MI250 = EXTERNAL / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "traceadvisor", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_text_report_shows_device_steps_and_kernels() -> None:
+    p = run("analyze", str(MI250))
+    assert p.returncode == 0, p.stderr
+    assert "AMD Radeon Graphics (rocm)" in p.stdout
+    assert "ProfilerStep#1" in p.stdout and "ProfilerStep#2" in p.stdout
+    assert "top kernels" in p.stdout
+    assert "GPU busy 8.9%" in p.stdout
+
+
+def test_markdown_report_has_tables() -> None:
+    p = run("analyze", str(BERT), "--format", "markdown")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("# traceadvisor report")
+    assert "| step | CPU time | GPU time | GPU busy |" in p.stdout
+    assert "NVIDIA H100 80GB HBM3" in p.stdout
+
+
+def test_json_output_file_is_written_atomically(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    out.write_text("old")
+    p = run("analyze", str(BERT), "--format", "json", "--output", str(out))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ""
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 1
+    assert doc["traces"][0]["kernel_count"] == 60
+    assert [f.name for f in tmp_path.iterdir()] == ["report.json"]  # no temporary left behind
+
+
+def test_failed_analysis_leaves_existing_output_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    out.write_text("old")
+    p = run("analyze", str(tmp_path / "missing.json"), "--output", str(out))
+    assert p.returncode == 2
+    assert out.read_text() == "old"
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("traceadvisor: error:")
+
+
+def test_fail_on_without_findings_exits_zero() -> None:
+    p = run("analyze", str(MI250), "--fail-on", "low", "--format", "json")
+    assert p.returncode == 0
+    assert json.loads(p.stdout)["findings"] == []
+
+
+def test_usage_errors_are_one_line_exit_2() -> None:
+    for args in (["analyze"], ["analyze", str(MI250), "--format", "xml"], ["nonsense"]):
+        p = run(*args)
+        assert p.returncode == 2, args
+        assert "Traceback" not in p.stderr
+        assert p.stderr.count("\n") == 1 and p.stderr.startswith("traceadvisor: error:"), p.stderr
