@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traceadvisor.engine.config import Config
+from traceadvisor.engine.registry import discover
+from traceadvisor.engine.rule import Rule
+from traceadvisor.engine.runner import instantiate, run, select
 from traceadvisor.report.summary import summarize
 from traceadvisor.trace.load import load
 from traceadvisor.trace.model import Trace
@@ -42,14 +46,26 @@ class Report:
         return SEVERITIES[max(ranks)] if ranks else None
 
 
-def analyze_traces(traces: list[Trace]) -> Report:
-    """Summarise loaded traces into a report."""
+def analyze_traces(traces: list[Trace], config: Config | None = None, rules: list[Rule] | None = None) -> Report:
+    """Summarise loaded traces and run the rules on them."""
+    config = config or Config()
+    if rules is None:
+        rules = instantiate(select(discover(config.rules_dirs), config), config)
     report = Report()
     for t in traces:
         report.traces.append(summarize(t))
+    result = run(rules, traces)
+    report.findings = [f.to_dict() for f in result.findings]
+    report.skipped = result.skipped
+    report.errors = result.errors
     return report
 
 
-def analyze(paths: Iterable[str | Path], max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> Report:
+def analyze(
+    paths: Iterable[str | Path], config: Config | None = None, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+) -> Report:
     """Load and analyse trace files (or directories of them)."""
-    return analyze_traces(load(list(paths), max_bytes=max_bytes))
+    config = config or Config()
+    # Discover and configure rules before the (slow) load, so configuration errors come first.
+    rules = instantiate(select(discover(config.rules_dirs), config), config)
+    return analyze_traces(load(list(paths), max_bytes=max_bytes), config, rules)

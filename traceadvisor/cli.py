@@ -94,6 +94,55 @@ def analyze(
         raise typer.Exit(code=EXIT_FINDINGS)
 
 
+def _config(path: Path | None, select: list[str] | None, ignore: list[str] | None, rules_dir: list[Path] | None):  # type: ignore[no-untyped-def]
+    from traceadvisor.engine.config import find_config, load_config
+
+    cfg = load_config(path if path is not None else find_config())
+    if select:
+        cfg.select = [s for item in select for s in item.split(",") if s]
+    if ignore:
+        cfg.ignore = [*cfg.ignore, *(s for item in ignore for s in item.split(",") if s)]
+    if rules_dir:
+        cfg.rules_dirs = [*cfg.rules_dirs, *rules_dir]
+    return cfg
+
+
+@app.command("rules")
+def list_rules(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or markdown.")] = "table",
+    rules_dir: Annotated[
+        list[Path] | None, typer.Option("--rules-dir", help="Also list rules from this folder.")
+    ] = None,
+) -> None:
+    """List the available rules."""
+    from traceadvisor.engine.registry import discover
+    from traceadvisor.report import render_rules
+
+    if fmt not in ("table", "json", "markdown"):
+        raise _fail(f"unknown format {fmt!r}: use table, json or markdown")
+    try:
+        sources = discover(list(rules_dir or []))
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    sys.stdout.write(render_rules.render([s.cls for s in sources], fmt))
+
+
+@app.command()
+def explain(rule: Annotated[str, typer.Argument(help="Rule code or name.")]) -> None:
+    """Show a rule's documentation: what it detects, why it matters, how to fix it."""
+    from traceadvisor.engine.registry import discover
+    from traceadvisor.report import render_rules
+
+    try:
+        sources = discover()
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    match = [s.cls for s in sources if rule in (s.cls.code, s.cls.name)]
+    if not match:
+        raise _fail(f"no rule {rule!r}; see 'traceadvisor rules'")
+    sys.stdout.write(render_rules.explain(match[0]))
+
+
 def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:
     from traceadvisor.analysis import Report
 

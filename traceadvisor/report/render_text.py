@@ -47,6 +47,9 @@ def _trace(console: Console, t: dict[str, Any]) -> None:
         for s in t["steps"]:
             tab.add_row(s["name"], _ms(s["cpu_dur_us"]), _ms(s["gpu_dur_us"]), f"{s['gpu_busy_pct']:.1f}%")
         console.print(tab)
+    if t.get("idle_breakdown"):
+        parts = ", ".join(f"{b['cause']} {_ms(b['idle_us'])} ({b['share_pct']:.0f}%)" for b in t["idle_breakdown"])
+        console.print(f"  GPU idle by cause: {parts}")
     if t["top_kernels"]:
         tab = Table(box=None, pad_edge=False, show_edge=False)
         tab.add_column("top kernels", overflow="ellipsis", no_wrap=True, max_width=80)

@@ -55,6 +55,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "devices": devices,
         "steps": _steps(trace, main_dev),
         "top_kernels": _top_kernels(trace),
+        "idle_breakdown": _idle_breakdown(trace),
         "capture": dict(trace.meta.flags),
         "warnings": list(trace.meta.warnings),
     }
@@ -116,6 +117,19 @@ def _top_kernels(trace: Trace) -> list[dict[str, Any]]:
     return [
         {"name": str(name), "count": int(r["count"]), "total_us": us(r["sum"]), "share_pct": _pct(r["sum"], total)}
         for name, r in grp.iterrows()
+    ]
+
+
+def _idle_breakdown(trace: Trace) -> list[dict[str, Any]]:
+    """Idle time per primary cause (each gap counted once)."""
+    df = trace.idle_attribution
+    if not len(df):
+        return []
+    total = int(df["dur_ns"].sum())
+    grp = df.groupby("cause")["dur_ns"].agg(["sum", "count"]).sort_values("sum", ascending=False)
+    return [
+        {"cause": str(c), "idle_us": us(r["sum"]), "gaps": int(r["count"]), "share_pct": _pct(r["sum"], total)}
+        for c, r in grp.iterrows()
     ]
 
 

@@ -552,6 +552,46 @@ class Trace:
             return int(self.host["ts_ns"].min()), int(self.host["end_ns"].max()), "host activity span"
         return 0, 0, "empty"
 
+    @cached_property
+    def analysed_span(self) -> tuple[int, int]:
+        """Wall-clock span of the analysed steps on both timelines (the time findings are shares of).
+
+        From the earliest CPU or GPU start of the first step to the latest CPU or GPU end of the
+        last step: a data-loader-bound step is long on the CPU, an asynchronous one on the GPU.
+        Without steps, the analysis window.
+        """
+        t = self.steps.table
+        if len(t):
+            starts = t["cpu_start_ns"].to_numpy()
+            ends = t["cpu_end_ns"].to_numpy()
+            g = t[t["gpu_start_ns"] >= 0]
+            lo = int(min(starts.min(), g["gpu_start_ns"].min() if len(g) else starts.min()))
+            hi = int(max(ends.max(), g["gpu_end_ns"].max() if len(g) else ends.max()))
+            return lo, hi
+        lo, hi, _ = self.analysis_window
+        return lo, hi
+
+    @property
+    def analysed_ns(self) -> int:
+        """Length of ``analysed_span``: the denominator of every finding's ``share_pct``."""
+        lo, hi = self.analysed_span
+        return hi - lo
+
+    @cached_property
+    def idle_attribution(self) -> pd.DataFrame:
+        """Idle gaps of the busiest device in the analysis window, each with one primary cause.
+
+        Columns ``start_ns``, ``end_ns``, ``dur_ns``, ``cause`` (sync, data_loading, cpu_op,
+        launch_latency, unknown), ``detail`` and ``host_row``; see ``idle.py``. Rules take their
+        impacts from here so that no idle nanosecond is claimed twice.
+        """
+        from traceadvisor.trace import idle
+
+        if not self.device_ids:
+            return pd.DataFrame(columns=["start_ns", "end_ns", "dur_ns", "cause", "detail", "host_row"])
+        lo, hi, _ = self.analysis_window
+        return idle.attribute(self, self.device_ids[0], lo, hi)
+
     def stream_queues(self, device: int) -> pd.DataFrame:
         """Per-stream launch queue: for each GPU op, launch time, start, end and queue delay."""
         self.links  # noqa: B018

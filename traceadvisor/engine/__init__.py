@@ -1,0 +1,1 @@
+"""The rule engine: rules, findings, discovery, configuration and the runner."""

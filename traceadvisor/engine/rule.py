@@ -1,0 +1,176 @@
+"""The ``Rule`` base class. A rule is one file: metadata, a docstring, typed options, ``check``.
+
+A rule's docstring has fixed sections (``## Why it matters``, ``## How it shows up in a trace``,
+``## How to fix``, ``## Options``, ``## References``); ``explain`` renders it and the catalog test
+checks it. Options are a frozen dataclass named ``Options`` in the rule's module (or none).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from enum import Enum
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
+from traceadvisor.trace.model import Trace
+
+DOC_SECTIONS = ("Why it matters", "How it shows up in a trace", "How to fix", "Options", "References")
+MAX_EVIDENCE = 5
+
+
+class Capability(str, Enum):
+    """What a trace must contain for a rule to run, with how to re-capture when it does not."""
+
+    gpu = "gpu"
+    steps = "steps"
+    shapes = "record_shapes"
+    stack = "with_stack"
+    memory = "profile_memory"
+    multi_rank = "multi_rank"
+
+    @property
+    def how_to_capture(self) -> str:
+        return {
+            "gpu": "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU",
+            "steps": "profile with a schedule and call prof.step() each iteration (or use traceadvisor capture)",
+            "record_shapes": "profile with record_shapes=True",
+            "with_stack": "profile with with_stack=True",
+            "profile_memory": "profile with profile_memory=True",
+            "multi_rank": "pass the traces of several ranks (a directory or several files)",
+        }[self.value]
+
+
+def trace_capabilities(trace: Trace, rank_count: int = 1) -> set[Capability]:
+    """The capabilities a loaded trace offers."""
+    caps: set[Capability] = set()
+    if len(trace.gpu):
+        caps.add(Capability.gpu)
+    if len(trace.steps):
+        caps.add(Capability.steps)
+    if trace.meta.flags.get("record_shapes") or trace.host["input_dims"].notna().any():
+        caps.add(Capability.shapes)
+    if trace.meta.flags.get("with_stack") or len(trace.frames):
+        caps.add(Capability.stack)
+    if trace.meta.flags.get("profile_memory") or len(trace.memory):
+        caps.add(Capability.memory)
+    if rank_count > 1:
+        caps.add(Capability.multi_rank)
+    return caps
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """A rule without options."""
+
+
+class Rule:
+    """Base class of every rule (built-in or user). Subclass it once per rule file."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.medium
+    requires: ClassVar[frozenset[Capability]] = frozenset()
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(
+        self, options: Any = None, thresholds: Thresholds | None = None, severity_override: Severity | None = None
+    ) -> None:
+        self.options = options if options is not None else self.Options()
+        self.thresholds = thresholds or Thresholds()
+        self.severity_override = severity_override
+
+    @classmethod
+    def make_options(cls, values: Mapping[str, Any]) -> Any:
+        """Build the Options dataclass from configuration values, checking names and types."""
+        fields = {f.name: f for f in dataclasses.fields(cls.Options)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"rule {cls.name}: unknown option(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+        clean: dict[str, Any] = {}
+        for k, v in values.items():
+            default = getattr(cls.Options(), k)
+            if isinstance(default, bool) and not isinstance(v, bool):
+                raise ValueError(f"rule {cls.name}: option {k} must be true or false")
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    raise ValueError(f"rule {cls.name}: option {k} must be a number")
+                v = type(default)(v)
+            clean[k] = v
+        return cls.Options(**clean)
+
+    def check(self, trace: Trace) -> Iterator[Finding]:
+        """Yield findings for one trace."""
+        raise NotImplementedError
+
+    # -- helpers for rule authors -------------------------------------------------------------
+    def finding(
+        self,
+        trace: Trace,
+        *,
+        message: str,
+        recommendation: str,
+        impact_ns: float | None = None,
+        basis: str = "",
+        evidence: Iterable[Evidence] = (),
+        location: Location | None = None,
+        data: Mapping[str, Any] | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        """A finding with code and name filled in and severity derived from the impact."""
+        impact = None
+        if impact_ns is not None:
+            window = trace.analysed_ns
+            share = 100.0 * impact_ns / window if window > 0 else 0.0
+            impact = Impact(time_us=float(impact_ns) / 1000.0, share_pct=share, basis=basis)
+        if severity is None:
+            severity = self.thresholds.severity(impact.share_pct) if impact else type(self).severity
+        if self.severity_override is not None:
+            severity = self.severity_override
+        return Finding(
+            code=self.code,
+            rule=self.name,
+            severity=severity,
+            message=message,
+            recommendation=recommendation,
+            impact=impact,
+            location=location,
+            evidence=tuple(evidence)[:MAX_EVIDENCE],
+            trace=trace.path,
+            data=dict(data or {}),
+        )
+
+
+def evidence_from(
+    df: pd.DataFrame, by: str = "dur_ns", n: int = MAX_EVIDENCE, category: str | None = None
+) -> list[Evidence]:
+    """The ``n`` largest rows of a table (by ``by``) as evidence."""
+    if not len(df):
+        return []
+    top = df.nlargest(n, by) if by in df else df.head(n)
+    out = []
+    for r in top.itertuples():
+        stream = getattr(r, "stream", None)
+        corr = getattr(r, "correlation", None)
+        out.append(
+            Evidence(
+                name=str(r.name),
+                ts_us=int(r.ts_ns) / 1000.0,
+                dur_us=int(getattr(r, "dur_ns", 0)) / 1000.0,
+                stream=int(stream) if stream is not None and not pd.isna(stream) and int(stream) >= 0 else None,
+                correlation=int(corr) if corr is not None and int(corr) >= 0 else None,
+                category=category,
+            )
+        )
+    return out
+
+
+def location_of(trace: Trace, pid: int, tid: int, ts_ns: int) -> Location | None:
+    """The user source line active on a thread at a time (needs ``with_stack``)."""
+    src = trace.source_of(np.array([pid]), np.array([tid]), np.array([ts_ns]))[0]
+    if src is None:
+        return None
+    return Location(file=str(src["file"]), line=int(src["line"]), function=str(src["function"]))
