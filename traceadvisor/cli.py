@@ -7,7 +7,7 @@ input or usage, with one line on stderr and no traceback.
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     """Output formats of ``analyze``."""
 
     text = "text"
@@ -34,7 +34,7 @@ class Format(str, Enum):
     markdown = "markdown"
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     """Finding severities, lowest first."""
 
     low = "low"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from enum import Enum
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,7 +22,7 @@ DOC_SECTIONS = ("Why it matters", "How it shows up in a trace", "How to fix", "O
 MAX_EVIDENCE = 5
 
 
-class Capability(str, Enum):
+class Capability(StrEnum):
     """What a trace must contain for a rule to run, with how to re-capture when it does not."""
 
     gpu = "gpu"

@@ -335,11 +335,16 @@ class Trace:
             rt_valid = rt_valid[keep]
             rt_index = rt_index[keep]
         pos = rt_index.get_indexer(gpu["correlation"].to_numpy())
-        launch = np.where(pos >= 0, rt_valid.index.to_numpy()[np.maximum(pos, 0)], -1)
+        rt_rows = rt_valid.index.to_numpy()
+        launch = np.where(pos >= 0, rt_rows[np.maximum(pos, 0)], -1) if len(rt_rows) else np.full(len(gpu), -1)
         gpu["launch"] = launch.astype(np.int64)
         rt["op"] = self._launching_ops()
         rt_op = rt["op"].to_numpy()
-        gpu["op"] = np.where(launch >= 0, rt_op[np.maximum(launch, 0)], -1).astype(np.int64)
+        gpu["op"] = (
+            np.where(launch >= 0, rt_op[np.maximum(launch, 0)], -1).astype(np.int64)
+            if len(rt_op)
+            else np.full(len(gpu), -1, dtype=np.int64)
+        )
         # Kernels with no runtime record (launched before the window, or sampled traces) still
         # name their op through External id when that id is trustworthy.
         if self.external_ids_trustworthy:
@@ -355,6 +360,8 @@ class Trace:
         if not idx.is_unique:
             keep = ~idx.duplicated()
             idx, rows = idx[keep], rows[keep]
+        if not len(rows):
+            return np.full(len(ext), -1, dtype=np.int64)
         p = idx.get_indexer(ext)
         return np.where(p >= 0, rows[np.maximum(p, 0)], -1).astype(np.int64)
 
