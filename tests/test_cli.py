@@ -54,10 +54,16 @@ def test_failed_analysis_leaves_existing_output_untouched(tmp_path: Path) -> Non
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("traceadvisor: error:")
 
 
-def test_fail_on_without_findings_exits_zero() -> None:
+def test_fail_on_exits_1_only_when_a_finding_reaches_the_level() -> None:
     p = run("analyze", str(MI250), "--fail-on", "low", "--format", "json")
-    assert p.returncode == 0
-    assert json.loads(p.stdout)["findings"] == []
+    findings = json.loads(p.stdout)["findings"]
+    assert findings and p.returncode == 1
+    worst = max(("low", "medium", "high").index(f["severity"]) for f in findings)
+    if worst < 2:
+        assert run("analyze", str(MI250), "--fail-on", "high").returncode == 0
+    quiet = run("analyze", str(MI250), "--fail-on", "low", "--ignore", "ALL", "--format", "json")
+    assert quiet.returncode == 0
+    assert json.loads(quiet.stdout)["findings"] == []
 
 
 def test_usage_errors_are_one_line_exit_2() -> None:

@@ -63,7 +63,9 @@ def test_readme_rule_table_is_generated() -> None:
     start, end = "<!-- rules-table -->\n", "<!-- /rules-table -->"
     assert start in readme and end in readme
     table = readme.split(start, 1)[1].split(end, 1)[0]
-    assert table == render(RULES, "markdown"), "README rule table is stale: paste `traceadvisor rules --format markdown`"
+    assert table == render(RULES, "markdown"), (
+        "README rule table is stale: paste `traceadvisor rules --format markdown`"
+    )
 
 
 def test_explain_renders_a_rule_page() -> None:
@@ -80,8 +82,18 @@ def test_wheel_ships_the_builtin_rules(tmp_path: Path) -> None:
     """After a non-editable install, `traceadvisor rules` lists the rules packaged in the wheel."""
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(ROOT),
+        ],
         check=True,
         capture_output=True,
     )
@@ -89,7 +101,11 @@ def test_wheel_ships_the_builtin_rules(tmp_path: Path) -> None:
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-m", "traceadvisor", "rules", "--format", "json"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
     ).stdout
     import json
 

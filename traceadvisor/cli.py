@@ -65,18 +65,34 @@ def analyze(
     max_size_gib: Annotated[
         float, typer.Option("--max-size", help="Refuse traces larger than this many GiB once inflated.")
     ] = 16.0,
+    select: Annotated[
+        list[str] | None, typer.Option("--select", help="Run only these rules (code, code prefix or name).")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option("--ignore", help="Skip these rules (code, prefix or name).")
+    ] = None,
+    rules_dir: Annotated[
+        list[Path] | None, typer.Option("--rules-dir", help="A folder of your own rule files.")
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Configuration file (TOML).")] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
     from traceadvisor.analysis import SEVERITIES
     from traceadvisor.analysis import analyze as run_analysis
     from traceadvisor.atomic import write_bytes
 
+    if not max_size_gib > 0:  # also NaN
+        raise _fail(f"--max-size must be a positive number of GiB, not {max_size_gib}")
+    max_bytes = int(max_size_gib * 2**30) if max_size_gib < 2**32 else sys.maxsize
     try:
-        report = run_analysis(traces, max_bytes=int(max_size_gib * 2**30))
+        cfg = _config(config, select, ignore, rules_dir)
+        report = run_analysis(traces, cfg, max_bytes=max_bytes)
     except (TraceError, UsageError) as exc:
         raise _fail(str(exc)) from None
     except MemoryError:
-        raise _fail("out of memory while reading the trace") from None
+        raise _fail("out of memory while reading the trace; try a smaller trace or more memory") from None
+    except RecursionError:
+        raise _fail("trace structure nested too deeply to analyse") from None
     for t in report.traces:
         for w in t.get("warnings", []):
             sys.stderr.write(f"traceadvisor: warning: {t['path']}: {w}\n")
@@ -88,7 +104,7 @@ def analyze(
         try:
             write_bytes(output, data)
         except OSError as exc:
-            raise _fail(f"{output}: cannot write report ({exc.strerror})") from None
+            raise _fail(f"{output}: cannot write report ({exc.strerror or exc})") from None
     worst = report.worst_severity()
     if fail_on is not None and worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(fail_on.value):
         raise typer.Exit(code=EXIT_FINDINGS)
@@ -161,7 +177,18 @@ def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:
 
 
 def main() -> None:
-    """Console-script entry point: usage errors exit 2 with one line, as bad input does."""
+    """Console-script entry point: usage errors exit 2 with one line, as bad input does.
+
+    Never a traceback: an unexpected exception is reported in one line too (exit 2), and
+    ``TRACEADVISOR_DEBUG=1`` shows its traceback. Library warnings (numpy overflow on absurd
+    values, which the loader already counts and reports) stay off stderr.
+    """
+    import os
+    import warnings
+
+    debug = bool(os.environ.get("TRACEADVISOR_DEBUG"))
+    if not debug:
+        warnings.simplefilter("ignore")
     try:
         rc = app(standalone_mode=False)
     except typer.Exit as exc:
@@ -169,9 +196,13 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("traceadvisor: interrupted\n")
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader of stdout went away (``| head``): not an error; keep Python quiet at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_OK)
     except Exception as exc:
-        # Usage errors from typer's (vendored) click: one line, exit 2. Anything else is a bug
-        # and keeps its traceback.
+        # Usage errors from typer's (vendored) click: one line, exit 2.
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             if type(exc).__name__ == "NoArgsIsHelpError":
                 sys.stderr.write("traceadvisor: error: missing arguments; see 'traceadvisor --help'\n")
@@ -179,5 +210,13 @@ def main() -> None:
                 message = " ".join(str(exc.format_message()).split())
                 sys.stderr.write(f"traceadvisor: error: {message}\n")
             sys.exit(EXIT_BAD_INPUT)
-        raise
+        if debug:
+            raise
+        # A bug, most likely on unusual input: one line that says so, no traceback.
+        detail = " ".join(str(exc).split())[:200]
+        sys.stderr.write(
+            f"traceadvisor: error: internal error ({type(exc).__name__}: {detail}); "
+            "rerun with TRACEADVISOR_DEBUG=1 for the traceback and please report it\n"
+        )
+        sys.exit(EXIT_BAD_INPUT)
     sys.exit(rc if isinstance(rc, int) else EXIT_OK)

@@ -62,7 +62,10 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> 
     if sink.negative_durations:
         warnings.append(f"{sink.negative_durations} events had negative durations (set to 0)")
     if not any(len(t) for t in tables.values()):
-        raise TraceError(f"{path}: trace has no usable events")
+        if result.truncated:
+            raise TraceError(f"{path}: trace is cut off before any complete, usable event")
+        why = f" ({'; '.join(warnings)})" if warnings else ""
+        raise TraceError(f"{path}: trace has no usable events{why}")
     meta = _meta(path, result.top, sink, warnings, result.truncated)
     return Trace(meta, tables, sink.metadata)
 

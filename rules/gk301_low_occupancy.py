@@ -1,0 +1,136 @@
+"""GK301: hot kernels whose grids leave most of the GPU's SMs empty."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from traceadvisor import Finding, Rule, Severity, Trace
+from traceadvisor.rules_api import Capability, Evidence, location_of
+
+
+@dataclass(frozen=True)
+class Options:
+    min_kernel_pct: float = 5.0  # a kernel (by name) must take at least this share of kernel time
+    max_coverage: float = 0.6  # report kernels whose time-weighted SM coverage is below this
+    min_mean_us: float = 20.0  # shorter kernels are launch-latency bound, not occupancy bound
+
+
+class LowOccupancy(Rule):
+    """Hot kernels launch grids that fill only a fraction of the SMs.
+
+    ## Why it matters
+    A kernel whose grid has fewer blocks than the GPU has SMs (132 on an H100) leaves the other
+    SMs idle for its whole duration: a 1-block grid uses under 1% of the chip. When such a kernel
+    is hot, the GPU looks busy in the timeline while doing a small fraction of the work it could.
+
+    ## How it shows up in a trace
+    Kernels (grouped by name) that take at least `min_kernel_pct` of kernel time, last at least
+    `min_mean_us` on average, and whose
+    time-weighted SM coverage is below `max_coverage`. Coverage is Kineto's `blocks per SM`
+    (capped at 1), or grid blocks / SM count (from `deviceProperties`) when that is missing. The
+    impact, each kernel's time × (1 − coverage), is an upper bound: it assumes the work would
+    spread perfectly over all SMs.
+
+    ## How to fix
+    Give the kernel more parallel work: batch more rows or micro-batches per launch, reshape so
+    the reduced/scanned dimension is not the only parallel one, pick a split-K or
+    parallel-reduction implementation, or for a custom Triton/CUDA kernel launch more, smaller
+    blocks (tile the long dimension). Tiny tensors are better fused into a larger kernel
+    (`torch.compile`).
+
+    ## Options
+    - `min_kernel_pct`: minimum share of kernel time of a kernel name to be considered.
+    - `max_coverage`: report kernels whose SM coverage is below this fraction.
+    - `min_mean_us`: ignore kernels shorter than this on average (launch-latency bound, default 20 µs).
+
+    ## References
+    - https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#occupancy
+    - https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#hardware-implementation
+    """
+
+    code = "GK301"
+    name = "low-occupancy"
+    severity = Severity.medium
+    requires = frozenset({Capability.gpu})
+    Options = Options
+
+    def check(self, trace: Trace) -> Iterator[Finding]:
+        opts: Options = self.options
+        k = trace.kernels
+        if not len(k):
+            return
+        total = float(k["dur_ns"].sum())
+        if total <= 0:
+            return
+        props = trace.device_properties() or {}
+        sms = int(props.get("numSms", 0) or 0)
+        blocks = (k["grid_x"].clip(lower=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1)).astype(float)
+        bps = k["blocks_per_sm"].astype(float)
+        coverage = np.where(bps.notna() & (bps > 0), bps.clip(upper=1.0), np.nan)
+        if sms > 0:
+            by_grid = (blocks / sms).clip(upper=1.0).to_numpy()
+            coverage = np.where(np.isnan(coverage), by_grid, coverage)
+        df = k.assign(coverage=coverage, blocks=blocks)
+        df = df[df["coverage"].notna()]
+        if not len(df):
+            return
+        df = df.assign(weighted=df["coverage"] * df["dur_ns"])
+        g = df.groupby("name", observed=True).agg(
+            dur_ns=("dur_ns", "sum"), weighted=("weighted", "sum"), n=("dur_ns", "size"), blocks=("blocks", "median")
+        )
+        g["coverage"] = g["weighted"] / g["dur_ns"]
+        g["pct"] = 100.0 * g["dur_ns"] / total
+        g["mean_us"] = g["dur_ns"] / g["n"] / 1e3
+        hot = g[
+            (g["pct"] >= opts.min_kernel_pct) & (g["coverage"] < opts.max_coverage) & (g["mean_us"] >= opts.min_mean_us)
+        ]
+        if not len(hot):
+            return
+        hot = hot.sort_values("dur_ns", ascending=False)
+        impact = float((hot["dur_ns"] * (1.0 - hot["coverage"])).sum())
+        names = [str(n) for n in hot.index]
+        rows = df[df["name"].astype(str).isin(names)]
+        worst = rows.nlargest(5, "dur_ns")
+        evidence = [
+            Evidence(
+                name=f"{str(r.name)[:100]} (grid {int(r.blocks)} blocks, {100 * r.coverage:.0f}% of SMs)",
+                ts_us=int(r.ts_ns) / 1000.0,
+                dur_us=int(r.dur_ns) / 1000.0,
+                stream=int(r.stream),
+            )
+            for r in worst.itertuples()
+        ]
+        location = None
+        op = int(worst.iloc[0]["op"]) if "op" in worst else -1
+        if op >= 0:
+            h = trace.host.loc[op]
+            location = location_of(trace, int(h["pid"]), int(h["tid"]), int(h["ts_ns"]))
+        top = hot.iloc[0]
+        short = names[0] if len(names[0]) <= 90 else names[0][:87] + "..."
+        sm_txt = f" of {sms} SMs" if sms else ""
+        yield self.finding(
+            trace,
+            message=(
+                f"{len(hot)} hot kernel(s) fill few SMs: {short} runs {top['dur_ns'] / 1e3:.1f} µs "
+                f"({top['pct']:.0f}% of kernel time) with {int(top['blocks'])} blocks, "
+                f"{100 * top['coverage']:.0f}% SM coverage{sm_txt}; low-occupancy kernels take "
+                f"{hot['dur_ns'].sum() / 1e3:.1f} µs in all."
+            ),
+            recommendation=(
+                "Give these kernels more parallel work: batch more rows per launch, parallelise over the "
+                "reduced/scanned dimension (split-K / tiled reduction), or launch more, smaller blocks "
+                "in custom kernels."
+            ),
+            impact_ns=impact,
+            basis="upper bound: kernel time × (1 − SM coverage), as if the work spread over all SMs",
+            evidence=evidence,
+            location=location,
+            data={
+                "kernels": names,
+                "coverage": [float(c) for c in hot["coverage"]],
+                "low_occupancy_us": float(hot["dur_ns"].sum() / 1e3),
+            },
+        )
