@@ -25,29 +25,12 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
+from traceadvisor.trace.cuda_api import BLOCKING_CALLS
+
 if TYPE_CHECKING:
     from traceadvisor.trace.model import Trace
 
 Node = tuple[str, int]
-
-# CUDA/HIP calls that block the host until queued GPU work is done (CUDA runtime API docs:
-# "synchronous" behaviour of cudaMemcpy, cudaDeviceSynchronize, cudaStreamSynchronize,
-# cudaEventSynchronize; HIP mirrors them).
-BLOCKING_CALLS = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-    "cudaMemcpy2D",
-    "cuCtxSynchronize",
-    "cuStreamSynchronize",
-    "cuEventSynchronize",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-    "hipMemcpy",
-    "hipMemcpyWithStream",
-)
 
 
 @dataclass

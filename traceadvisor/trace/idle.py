@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceadvisor.trace.graph import BLOCKING_CALLS
+from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 
 # Back-to-back kernels on an idle stream start ~2-5 µs apart on recent GPUs (launch latency);
@@ -83,20 +83,30 @@ def attribute(trace: Trace, device: int, lo: int, hi: int) -> pd.DataFrame:
         nxt = np.searchsorted(starts, ge[todo], side="left")
         idx = np.flatnonzero(todo)
         rt = trace.runtime
-        for i, k in zip(idx, nxt, strict=True):
+        late: list[int] = []
+        late_pid: list[int] = []
+        late_tid: list[int] = []
+        g_launch = g["launch"].to_numpy()
+        rt_ts, rt_pid, rt_tid = rt["ts_ns"].to_numpy(), rt["pid"].to_numpy(), rt["tid"].to_numpy()
+        for i, k in zip(idx.tolist(), nxt.tolist(), strict=True):
             if ge[i] - gs[i] <= LAUNCH_LATENCY_NS:
                 cause[i] = "launch_latency"
                 continue
             if k >= len(g):
                 continue
-            launch = int(g["launch"].to_numpy()[k])
-            lts = int(rt["ts_ns"].to_numpy()[launch])
-            if lts > gs[i]:
-                pid, tid = int(rt["pid"].to_numpy()[launch]), int(rt["tid"].to_numpy()[launch])
-                op = int(trace.innermost_op_at(np.array([pid]), np.array([tid]), np.array([gs[i]]))[0])
+            launch = int(g_launch[k])
+            if rt_ts[launch] > gs[i]:
+                late.append(i)
+                late_pid.append(int(rt_pid[launch]))
+                late_tid.append(int(rt_tid[launch]))
+        if late:
+            # One batched lookup: the op each launching thread was in when the gap began.
+            ops = trace.innermost_op_at(np.array(late_pid), np.array(late_tid), gs[np.array(late)])
+            names = trace.host["name"]
+            for i, op in zip(late, ops.tolist(), strict=True):
                 cause[i] = "cpu_op"
                 if op >= 0:
-                    detail[i], host_row[i] = str(trace.host.at[op, "name"]), op
+                    detail[i], host_row[i] = str(names.at[op]), op
                 else:
                     detail[i] = "host (outside any op)"
     return gaps.assign(cause=cause, detail=detail, host_row=host_row)

@@ -84,6 +84,7 @@ _LINEAR_BACKOFF = 8
 _MAX_HEAD_KEY_TRIES = 1000
 _MAX_QUOTE_REPAIRS = 16
 _MAX_TAIL_TRIES = 256
+_MAX_REPAIR_CUTS = 16
 _TAIL_KEYS = ("distributedInfo", "baseTimeNanoseconds", "displayTimeUnit", "traceName")
 
 _typed_decoder = msgspec.json.Decoder(EVENT_LIST)
@@ -444,8 +445,7 @@ def _take(buf: bytes, pos: int, limit: int, result: ReadResult) -> Batches:
         # Damage inside the batch: keep the events before it, re-read or skip the damaged one.
         at = val if kind == _DAMAGE else _find_deep(buf, pos, cut + 1)
         pos = yield from _take(buf, pos, at, result)
-        end = _next_boundary(buf, at, cut + 1)
-        pos = yield from _salvage(buf, pos, (cut if end is None else end) + 1, result)
+        pos = yield from _repair(buf, pos, at, cut + 1, result)
         if pos > cut:
             return pos
         fallback = None
@@ -538,12 +538,18 @@ def _last_boundary(buf: bytes, start: int, limit: int) -> int | None:
     """Position of the ``}`` of the last ``}, {`` event boundary in ``buf[start:limit]``."""
     end = min(limit, len(buf))
     last = buf.rfind(b"},{", start, end + 2)
-    # Kineto pretty-prints boundaries as "},\n  {": look for the general form near the end.
-    lo = max(start, end - (1 << 16))
-    for m in _EVENT_BOUNDARY.finditer(buf, lo, min(len(buf), end + (1 << 12))):
-        if m.start() >= end:
+    # Kineto pretty-prints boundaries as "},\n  {": look for the general form near the end, and
+    # further back only when an event larger than the window ends the buffer.
+    span = 1 << 16
+    while True:
+        lo = max(start, end - span)
+        for m in _EVENT_BOUNDARY.finditer(buf, lo, min(len(buf), end + (1 << 12))):
+            if m.start() >= end:
+                break
+            last = max(last, m.start())
+        if last >= lo or lo == start:
             break
-        last = max(last, m.start())
+        span *= 8
     return last if last >= start else None
 
 
@@ -584,6 +590,60 @@ def _find_deep(buf: bytes, start: int, end: int) -> int:
         else:
             lo = mid + 1
     return cands[lo] if lo < len(cands) else max(start, end - 1)
+
+
+def _repair(
+    buf: bytes, pos: int, at: int, limit: int, result: ReadResult, final: bool = False
+) -> Generator[list[Event], None, Any]:
+    """The event starting at ``pos`` is damaged at ``at``: re-read it leniently or skip it, and
+    return where the next event starts (None at EOF when its end cannot be told)."""
+    # Its end is the first candidate boundary after the damage that ends a readable region.
+    cands = _boundaries(buf, at, limit)
+    for c in cands[:_MAX_REPAIR_CUTS]:
+        events = _lenient_events(buf[pos : c + 1], result)
+        if events is not None:
+            if events:
+                yield events
+            return _skip_separators(buf, c + 1)
+    # Unreadable (too deep, or garbage): find its end by matching brackets outside strings.
+    end = _event_end(buf, pos, limit)
+    if end is not None:
+        return (yield from _salvage(buf, pos, end + 1, result))
+    if final and not cands:
+        return None
+    return (yield from _salvage(buf, pos, (cands[0] if cands else limit - 1) + 1, result))
+
+
+_STRUCTURE = re.compile(rb'[\\"{}\[\]]')
+
+
+def _event_end(buf: bytes, pos: int, limit: int) -> int | None:
+    """The ``}`` closing the value that starts at ``pos``, when an event boundary or the end of the
+    array follows it; None if the brackets do not match up before ``limit``."""
+    depth = 0
+    in_string = False
+    escaped_at = -1
+    for m in _STRUCTURE.finditer(buf, pos, limit):
+        i = m.start()
+        if i == escaped_at:
+            continue
+        c = buf[i]
+        if in_string:
+            if c == 0x5C:  # backslash
+                escaped_at = i + 1
+            elif c == 0x22:  # quote
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in b"{[":
+            depth += 1
+        elif c in b"}]":
+            depth -= 1
+            if depth <= 0:
+                after = _skip_separators(buf, i + 1)
+                ok = depth == 0 and c == 0x7D and (after >= len(buf) or buf[after] in b"{]")
+                return i if ok else None
+    return None
 
 
 def _salvage(buf: bytes, start: int, end: int, result: ReadResult) -> Batches:
@@ -628,6 +688,7 @@ def _lenient_events(region: bytes, result: ReadResult) -> list[Event] | None:
     return events
 
 
+_CLOSERS = (":", ",", "}", "]")
 _CONSTANTS = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
 
 
@@ -650,8 +711,9 @@ def _lenient_items(data: bytes) -> list[Any] | None:
         except json.JSONDecodeError as exc:
             # Kineto before 2026 did not escape double quotes in names (format doc §1.3): escape
             # the last quote before the error and try again.
+            # A quote followed by ":" "," "}" "]" ends a key or a value: not one to escape.
             q = text.rfind('"', 1, exc.pos)
-            if q <= 0 or text[q - 1] == "\\":
+            if q <= 0 or text[q - 1] == "\\" or text[q + 1 : q + 2].strip() in _CLOSERS:
                 return None
             text = text[:q] + "\\" + text[q:]
             continue
@@ -749,9 +811,9 @@ def _read_end_slow(rest: bytes, pos: int, legacy: bool, result: ReadResult) -> I
             return
         at = val if kind == _DAMAGE else _find_deep(rest, pos, len(rest))
         pos = yield from _take(rest, pos, at, result)
-        end = _next_boundary(rest, at, len(rest))
-        if end is not None:
-            pos = yield from _salvage(rest, pos, end + 1, result)
+        new = yield from _repair(rest, pos, at, len(rest), result, final=True)
+        if new is not None:
+            pos = new
             continue
         # The damaged event is the last one: find where the array closes.
         close = _find_array_end(rest, at, legacy)
