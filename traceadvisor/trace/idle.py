@@ -88,27 +88,27 @@ def attribute(trace: Trace, device: int, lo: int, hi: int) -> pd.DataFrame:
         late_tid: list[int] = []
         g_launch = g["launch"].to_numpy()
         rt_ts, rt_pid, rt_tid = rt["ts_ns"].to_numpy(), rt["pid"].to_numpy(), rt["tid"].to_numpy()
-        for i, k in zip(idx.tolist(), nxt.tolist(), strict=True):
-            if ge[i] - gs[i] <= LAUNCH_LATENCY_NS:
-                cause[i] = "launch_latency"
+        for gi, k in zip(idx.tolist(), nxt.tolist(), strict=True):
+            if ge[gi] - gs[gi] <= LAUNCH_LATENCY_NS:
+                cause[gi] = "launch_latency"
                 continue
             if k >= len(g):
                 continue
             launch = int(g_launch[k])
-            if rt_ts[launch] > gs[i]:
-                late.append(i)
+            if rt_ts[launch] > gs[gi]:
+                late.append(gi)
                 late_pid.append(int(rt_pid[launch]))
                 late_tid.append(int(rt_tid[launch]))
         if late:
             # One batched lookup: the op each launching thread was in when the gap began.
             ops = trace.innermost_op_at(np.array(late_pid), np.array(late_tid), gs[np.array(late)])
             names = trace.host["name"]
-            for i, op in zip(late, ops.tolist(), strict=True):
-                cause[i] = "cpu_op"
+            for gi, op in zip(late, ops.tolist(), strict=True):
+                cause[gi] = "cpu_op"
                 if op >= 0:
-                    detail[i], host_row[i] = str(names.at[op]), op
+                    detail[gi], host_row[gi] = str(names.at[op]), op
                 else:
-                    detail[i] = "host (outside any op)"
+                    detail[gi] = "host (outside any op)"
     return gaps.assign(cause=cause, detail=detail, host_row=host_row)
 
 
