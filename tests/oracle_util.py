@@ -174,6 +174,9 @@ class OracleTrace:
     gpu_step_annotations: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
     launch_ts: dict[int, int] = field(default_factory=dict)  # correlation -> runtime call start
     fractional_times: bool = False  # any ts/dur with a sub-µs part (ns-precision kineto)
+    max_abs_ns: int = 0  # largest |ts| or |end| of any duration event, in ns
+    # Non-GPU events that carry an integer ``args.stream`` (HTA counts those as GPU work).
+    host_with_stream: list[tuple[int, int, str, int]] = field(default_factory=list)
     _merged: dict[int, list[tuple[int, int]]] = field(default_factory=dict, repr=False)
 
     # -- devices and busy time ---------------------------------------------------------------
@@ -212,27 +215,29 @@ class OracleTrace:
         dev = self.main_device
         if dev is None:
             return out
+        # GPU work launched (runtime call start) inside the CPU step, from any thread.
+        for g in self.gpu:
+            if g.device != dev or g.correlation is None or g.correlation not in self.launch_ts:
+                continue
+            t = self.launch_ts[g.correlation]
+            holders = [st for st in out if st.cpu_start <= t < st.cpu_end]
+            if not holders:
+                continue
+            st = max(holders, key=lambda x: x.cpu_start)
+            if st.basis == "none":
+                st.gpu_start, st.gpu_end, st.basis = g.ts, g.end, "launches"
+            else:
+                st.gpu_start, st.gpu_end = min(st.gpu_start, g.ts), max(st.gpu_end, g.end)
+        # Steps without launches in the trace: the GPU work inside the step's GPU annotation.
         for st in out:
             ann = self.gpu_step_annotations.get((dev, st.name))
-            if ann is not None:
-                st.gpu_start, st.gpu_end, st.basis = ann[0], ann[1], "annotation"
-        # Steps without a GPU mirror: GPU work launched from inside the CPU step.
-        todo = [st for st in out if st.basis == "none"]
-        if todo:
-            for g in self.gpu:
-                if g.device != dev or g.correlation is None or g.correlation not in self.launch_ts:
-                    continue
-                t = self.launch_ts[g.correlation]
-                holders = [st for st in out if st.cpu_start <= t < st.cpu_end]
-                if not holders:
-                    continue
-                st = max(holders, key=lambda x: x.cpu_start)
-                if st.basis == "annotation":
-                    continue
-                if st.basis == "none":
-                    st.gpu_start, st.gpu_end, st.basis = g.ts, g.end, "launches"
-                else:
-                    st.gpu_start, st.gpu_end = min(st.gpu_start, g.ts), max(st.gpu_end, g.end)
+            if st.basis != "none" or ann is None:
+                continue
+            inside = [g for g in self.gpu if g.device == dev and ann[0] <= g.ts and g.end <= ann[1]]
+            if inside:
+                st.gpu_start = min(g.ts for g in inside)
+                st.gpu_end = max(g.end for g in inside)
+                st.basis = "annotation"
         return out
 
     @functools.cached_property
@@ -271,6 +276,7 @@ def parse(path: Path) -> OracleTrace:
         if ts % 1000 or dur % 1000:
             o.fractional_times = True
         end = ts + dur
+        o.max_abs_ns = max(o.max_abs_ns, abs(ts), abs(end))
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         name = e.get("name") if isinstance(e.get("name"), str) else ""
         if cat in GPU_CATS:
@@ -302,6 +308,8 @@ def parse(path: Path) -> OracleTrace:
             corr = _as_int(args.get("correlation"))
             if corr is not None and corr >= 0:
                 o.launch_ts.setdefault(corr, ts)
+        if cat not in GPU_CATS and cat != "cuda_sync" and _as_int(args.get("stream")) is not None:
+            o.host_with_stream.append((ts, end, name, _as_int(args.get("stream"))))  # type: ignore[arg-type]
     if host_lo is not None and host_hi is not None:
         o.host_span = (host_lo, host_hi)
     return o

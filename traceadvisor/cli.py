@@ -48,8 +48,15 @@ def _root() -> None:
 
 
 def _fail(message: str) -> typer.Exit:
-    sys.stderr.write(f"traceadvisor: error: {message}\n")
+    sys.stderr.write(f"traceadvisor: error: {_one_line(message)}\n")
     return typer.Exit(code=EXIT_BAD_INPUT)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters (a newline in a file name) escaped: one line, always."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @app.command()
@@ -95,7 +102,8 @@ def analyze(
         raise _fail("trace structure nested too deeply to analyse") from None
     for t in report.traces:
         for w in t.get("warnings", []):
-            sys.stderr.write(f"traceadvisor: warning: {t['path']}: {w}\n")
+            line = _one_line(f"{t['path']}: {w}")
+            sys.stderr.write(f"traceadvisor: warning: {line}\n")
     data = _render(report, fmt, to_terminal=output is None and sys.stdout.isatty())
     if output is None:
         sys.stdout.buffer.write(data)

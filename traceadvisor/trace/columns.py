@@ -65,18 +65,22 @@ FAMILY: dict[str, str] = {
 
 
 def to_ns(values: Sequence[Any]) -> I64:
-    """Microsecond values (numbers or numeric strings) to exact int64 nanoseconds; NaN → INT64_MIN."""
+    """Microsecond values (numbers or numeric strings) to exact int64 nanoseconds; NaN → MISSING_TIME.
+
+    The whole microseconds are converted to int64 before scaling: for absolute-epoch µs
+    (≈1.7e15, torch < 2.4) the nanosecond value exceeds 2^53 and would not survive float64.
+    """
     us = floats(values)
     whole = np.floor(us)
-    frac_ns = np.rint((us - whole) * 1000.0)
-    ns = whole * 1000.0 + frac_ns
-    bad = ~np.isfinite(ns) | (np.abs(ns) > 9.0e18)
+    bad = ~np.isfinite(whole) | (np.abs(whole) > 9.0e15)
     if bad.any():
-        ns[bad] = 0.0
-        out = ns.astype(np.int64)
+        whole[bad] = 0.0
+    frac_ns = np.rint((us - whole) * 1000.0)
+    frac_ns[bad] = 0.0
+    out = whole.astype(np.int64) * 1000 + frac_ns.astype(np.int64)
+    if bad.any():
         out[bad] = MISSING_TIME
-        return out
-    return ns.astype(np.int64)
+    return out
 
 
 MISSING_TIME = np.iinfo(np.int64).min

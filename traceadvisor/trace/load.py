@@ -21,15 +21,18 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise TraceError(f"{p}: directory has no .json or .json.gz trace files")
-            out.extend(found)
-        elif p.exists():
-            out.append(p)
-        else:
-            raise TraceError(f"{p}: no such file or directory")
+        try:
+            if p.is_dir():
+                found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+                if not found:
+                    raise TraceError(f"{p}: directory has no .json or .json.gz trace files")
+                out.extend(found)
+            elif p.exists():
+                out.append(p)
+            else:
+                raise TraceError(f"{p}: no such file or directory")
+        except OSError as exc:  # a name too long, a folder that cannot be listed
+            raise TraceError(f"{p}: cannot access ({exc.strerror or exc})") from None
     if not out:
         raise TraceError("no trace given")
     return out

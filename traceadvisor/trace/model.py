@@ -458,42 +458,54 @@ class Trace:
         return Steps(table)
 
     def _gpu_step_windows(self, table: pd.DataFrame) -> tuple[I64, I64, list[str]]:
+        """GPU window of each step: the span of the GPU work launched from inside its CPU window.
+
+        A launch belongs to step N when its runtime call starts inside ``ProfilerStep#N`` on the
+        CPU, from any thread (backward kernels are launched from the autograd thread). kineto's GPU
+        mirror of the step annotation is not used as the window: it spans only the work correlated
+        to the step range on the launching thread outside nested ranges, so it misses the backward
+        pass, and it is widened by 1 ns (older kineto: 1 µs) on each side (format doc §1.4). It is
+        the fallback for steps whose launches are not in the trace (sampled traces): then the
+        window is the span of the GPU work inside the annotation.
+        """
         n = len(table)
         gs = np.full(n, -1, dtype=np.int64)
         ge = np.full(n, -1, dtype=np.int64)
         basis = ["none"] * n
         dev = self.device_ids[0] if self.device_ids else None
+        if dev is None:
+            return gs, ge, basis
+        g = self.gpu[(self.gpu["device"] == dev) & (self.gpu["launch"] >= 0)]
+        launch_ts = self.runtime["ts_ns"].to_numpy()[g["launch"].to_numpy()]
+        starts = table["cpu_start_ns"].to_numpy()
+        ends = table["cpu_end_ns"].to_numpy()
+        k = np.searchsorted(starts, launch_ts, side="right") - 1
+        inside = (k >= 0) & (launch_ts < ends[np.maximum(k, 0)])
+        if inside.any():
+            df = pd.DataFrame({"k": k[inside], "s": g["ts_ns"].to_numpy()[inside], "e": g["end_ns"].to_numpy()[inside]})
+            agg = df.groupby("k").agg(s=("s", "min"), e=("e", "max"))
+            rows = agg.index.to_numpy()
+            gs[rows], ge[rows] = agg["s"].to_numpy(), agg["e"].to_numpy()
+            for i in rows.tolist():
+                basis[i] = "launches"
+        todo = [i for i in range(n) if basis[i] == "none"]
         ga = self.gpu_annotations
-        if dev is not None and len(ga):
-            mine = ga[(ga["device"] == dev)]
+        if todo and len(ga):
+            mine = ga[ga["device"] == dev]
             mine = mine[mine["name"].astype(str).str.match(_STEP_NAME)]
             if len(mine):
                 span = mine.groupby(mine["name"].astype(str)).agg(s=("ts_ns", "min"), e=("end_ns", "max"))
-                for i, nm in enumerate(table["name"]):
-                    if nm in span.index:
-                        # kineto widens GPU annotations by 1 ns (older: 1 µs) on each side
-                        # (format doc §1.4); the work inside defines the window, not the widening.
-                        gs[i], ge[i] = int(span.at[nm, "s"]), int(span.at[nm, "e"])
-                        basis[i] = "annotation"
-        # Steps without a GPU mirror: the span of the GPU work launched from inside the CPU step.
-        todo = [i for i in range(n) if basis[i] == "none"]
-        if todo and dev is not None:
-            self.links  # noqa: B018 - computes gpu.launch
-            g = self.gpu[(self.gpu["device"] == dev) & (self.gpu["launch"] >= 0)]
-            launch_ts = self.runtime["ts_ns"].to_numpy()[g["launch"].to_numpy()]
-            starts = table["cpu_start_ns"].to_numpy()
-            ends = table["cpu_end_ns"].to_numpy()
-            k = np.searchsorted(starts, launch_ts, side="right") - 1
-            inside = (k >= 0) & (launch_ts < ends[np.maximum(k, 0)])
-            if inside.any():
-                df = pd.DataFrame(
-                    {"k": k[inside], "s": g["ts_ns"].to_numpy()[inside], "e": g["end_ns"].to_numpy()[inside]}
-                )
-                agg = df.groupby("k").agg(s=("s", "min"), e=("e", "max"))
+                work = self.gpu[self.gpu["device"] == dev]
+                ws, we = work["ts_ns"].to_numpy(), work["end_ns"].to_numpy()
+                names = table["name"].tolist()
                 for i in todo:
-                    if i in agg.index:
-                        gs[i], ge[i] = int(agg.at[i, "s"]), int(agg.at[i, "e"])
-                        basis[i] = "launches"
+                    if names[i] not in span.index:
+                        continue
+                    lo, hi = int(span.at[names[i], "s"]), int(span.at[names[i], "e"])
+                    sel = (ws >= lo) & (we <= hi)
+                    if sel.any():
+                        gs[i], ge[i] = int(ws[sel].min()), int(we[sel].max())
+                        basis[i] = "annotation"
         return gs, ge, basis
 
     def step_of(self, ts: I64) -> I64:

@@ -62,6 +62,7 @@ _READ_BYTES = 1 << 20
 _ESTIMATE_AFTER = 64 << 20
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
 _OTHER_COMPRESSION = {
     b"\x28\xb5\x2f\xfd": "zstd",
     b"BZh": "bzip2",
@@ -85,6 +86,7 @@ _MAX_HEAD_KEY_TRIES = 1000
 _MAX_QUOTE_REPAIRS = 16
 _MAX_TAIL_TRIES = 256
 _MAX_REPAIR_CUTS = 16
+_MAX_REPAIR_BYTES = 1 << 20
 _TAIL_KEYS = ("distributedInfo", "baseTimeNanoseconds", "displayTimeUnit", "traceName")
 
 _typed_decoder = msgspec.json.Decoder(EVENT_LIST)
@@ -137,19 +139,20 @@ def iter_blocks(path: Path, result: ReadResult, max_bytes: int) -> Iterator[byte
         raise TraceError(f"{path}: cannot open ({exc.strerror or exc})") from None
     with fh:
         try:
-            magic = fh.read(2)
-            fh.seek(0)
             size = _file_size(fh)
         except OSError as exc:
             raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        magic = _read(path, fh, len(_GZIP_MAGIC))  # no seek back: pipes and FIFOs work too
         if magic == _GZIP_MAGIC:
-            yield from _inflate(path, fh, size, result, max_bytes)
+            yield from _inflate(path, fh, size, result, max_bytes, magic)
             return
         if size is not None and size > max_bytes:
             raise _too_big(path, max_bytes)
         total = 0
+        pending = magic
         while True:
-            data = _read(path, fh, BLOCK_BYTES)
+            data = pending + _read(path, fh, BLOCK_BYTES - len(pending)) if pending else _read(path, fh, BLOCK_BYTES)
+            pending = b""
             if not data:
                 break
             total += len(data)
@@ -171,11 +174,12 @@ def _read(path: Path, fh: IO[bytes], n: int) -> bytes:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
-def _inflate(path: Path, fh: IO[bytes], size: int | None, result: ReadResult, max_bytes: int) -> Iterator[bytes]:
+def _inflate(
+    path: Path, fh: IO[bytes], size: int | None, result: ReadResult, max_bytes: int, pending: bytes
+) -> Iterator[bytes]:
     """Inflate every gzip member of the file, refusing output beyond ``max_bytes``."""
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     total = 0
-    pending = b""
     while True:
         raw = pending or _read(path, fh, _READ_BYTES)
         pending = b""
@@ -275,15 +279,20 @@ def _read_all(path: Path, result: ReadResult, max_bytes: int) -> Iterator[list[E
 def _summarise(result: ReadResult) -> None:
     if result.repaired_events:
         result.warn(
-            f"{result.repaired_events} events were not valid JSON (NaN/Infinity, unescaped quotes, control characters "
-            "or bad UTF-8); read them leniently, NaN and Infinity as unreadable numbers"
+            f"{_count(result.repaired_events, 'event')} {'was' if result.repaired_events == 1 else 'were'} not valid "
+            "JSON (NaN/Infinity, unescaped quotes, control characters or bad UTF-8): read leniently, NaN and Infinity "
+            "as unreadable numbers"
         )
     if result.skipped_events:
-        result.warn(f"skipped {result.skipped_events} damaged events that are not valid JSON")
+        result.warn(f"skipped {_count(result.skipped_events, 'damaged event')} that could not be read as JSON")
     if result.deep_events:
-        result.warn(f"skipped {result.deep_events} events nested too deeply to be profiler events")
+        result.warn(f"skipped {_count(result.deep_events, 'event')} nested too deeply to be profiler events")
     if result.surrogates:
         result.warn("replaced invalid \\u escapes (lone UTF-16 surrogates) in strings with U+FFFD")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 # -- head ----------------------------------------------------------------------------------------
@@ -294,14 +303,15 @@ def _read_head(path: Path, blocks: Iterator[bytes], result: ReadResult) -> tuple
     for block in blocks:
         buf = buf + block if buf else block
         start = _skip_blank(buf, 0)
+        if buf.startswith(_BOM, start):
+            buf = buf[start + len(_BOM) :]
+            start = _skip_blank(buf, 0)
         if start >= len(buf):
             blank += len(buf)
             buf = b""
             if blank > MAX_HEAD_BYTES:
                 raise TraceError(f"{path}: {blank >> 20} MiB of blank space and no JSON; not a profiler trace")
             continue
-        if buf.startswith(b"\xef\xbb\xbf", start):
-            start = _skip_blank(buf, start + 3)
         first = buf[start : start + 1]
         if first == b"[":
             return buf[start + 1 :], True
@@ -314,8 +324,6 @@ def _read_head(path: Path, blocks: Iterator[bytes], result: ReadResult) -> tuple
             raise TraceError(f"{path}: no traceEvents array in the first {MAX_HEAD_BYTES >> 20} MiB")
     # The whole file is in buf and has no events array: say what it is instead.
     start = _skip_blank(buf, 0)
-    if buf.startswith(b"\xef\xbb\xbf", start):
-        start = _skip_blank(buf, start + 3)
     if start >= len(buf):
         raise TraceError(f"{path}: file is empty" if not blank else f"{path}: file holds only blank space")
     try:
@@ -436,7 +444,7 @@ def _take(buf: bytes, pos: int, limit: int, result: ReadResult) -> Batches:
             if cut is None:
                 # No candidate decodes: either the next event is larger than the buffer (wait for
                 # more), or it is damaged in a way msgspec reports as truncation.
-                first = _next_boundary(buf, pos, limit)
+                first = _next_boundary(buf, pos, min(limit, pos + _MAX_REPAIR_BYTES))
                 if first is not None and (events := _lenient_events(buf[pos : first + 1], result)) is not None:
                     yield events
                     pos = _skip_separators(buf, first + 1)
@@ -705,13 +713,15 @@ _lenient_json = json.JSONDecoder(strict=False, parse_constant=_CONSTANTS.__getit
 def _lenient_items(data: bytes) -> list[Any] | None:
     """Parse a JSON array with the standard library, leniently; None if it cannot be read."""
     text = data.decode("utf-8", "replace")
-    for _ in range(_MAX_QUOTE_REPAIRS):
+    for _ in range(_MAX_QUOTE_REPAIRS if len(text) <= _MAX_REPAIR_BYTES else 1):
         try:
             items = _lenient_json.decode(text)
         except json.JSONDecodeError as exc:
             # Kineto before 2026 did not escape double quotes in names (format doc §1.3): escape
-            # the last quote before the error and try again.
-            # A quote followed by ":" "," "}" "]" ends a key or a value: not one to escape.
+            # the last quote before the error and try again. Not when the text ends inside a
+            # string, nor for a quote followed by ":" "," "}" "]" (it ends a key or a value).
+            if exc.msg.startswith("Unterminated string"):
+                return None
             q = text.rfind('"', 1, exc.pos)
             if q <= 0 or text[q - 1] == "\\" or text[q + 1 : q + 2].strip() in _CLOSERS:
                 return None
