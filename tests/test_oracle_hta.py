@@ -48,8 +48,8 @@ Turning HTA's rules off one at a time explains each difference from traceadvisor
 
     * traceadvisor's float64 ns error on integer epoch-µs traces (test_oracle_busy.py): up to 11 µs.
     (a) our window is the span of the step GPU windows (launch basis), 2.4 ms shorter than all GPU work.
-    (b) our window comes from kineto's ProfilerStep gpu_user_annotation, which on these traces covers
-        only part of the step's GPU work; we use the launches inside the CPU step (test_step_gpu_window_holds_the_steps_gpu_work).
+    (b) kineto's ProfilerStep gpu_user_annotation covers only part of the step's GPU work; our step
+        windows span the launches inside the CPU step (test_step_gpu_window_holds_the_steps_gpu_work).
     (c) kineto widens GPU annotations by 1 ns each side; our windows are the work itself
         (test_annotation_step_window_is_the_work_inside).
     (d) ProfilerStep#6's GPU annotation (34.9 ms) leaves out the 14 ms drain of pre-capture work.
