@@ -23,7 +23,7 @@ demo: $(VENV)/.installed-base
 	$(VENV)/bin/traceadvisor analyze $(DEMO_TRACE)
 
 lint: $(VENV)/.installed-test
-	$(PY) -m ruff check traceadvisor rules tests bench
+	$(PY) -m ruff check traceadvisor rules tests $(wildcard bench)
 	$(PY) -m ruff format --check traceadvisor rules tests
 	$(PY) -m mypy
 
