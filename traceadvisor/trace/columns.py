@@ -71,6 +71,11 @@ def to_ns(values: Sequence[Any]) -> I64:
     (≈1.7e15, torch < 2.4) the nanosecond value exceeds 2^53 and would not survive float64.
     """
     us = floats(values)
+    with np.errstate(all="ignore"):  # absurd values (1e308) are flagged below, not warned about
+        return _us_to_ns(us)
+
+
+def _us_to_ns(us: F64) -> I64:
     whole = np.floor(us)
     bad = ~np.isfinite(whole) | (np.abs(whole) > 9.0e15)
     if bad.any():
@@ -288,11 +293,11 @@ class ColumnSink:
         cols: dict[str, Any] = {"ts_ns": ts}
         if duration:
             dur = to_ns([0 if e.dur is None else e.dur for e in evs])
-            neg = dur < 0
+            neg = (dur < 0) & (dur != MISSING_TIME)
             if neg.any():
                 # Kineto clamps durations to >= 0 (format doc §1.4): a negative one is damage.
                 self.negative_durations += int(neg.sum())
-                dur[neg & (dur != MISSING_TIME)] = 0
+                dur[neg] = 0
             cols["dur_ns"] = dur
         return cols
 
