@@ -73,3 +73,10 @@ def test_usage_errors_are_one_line_exit_2() -> None:
         assert p.returncode == 2, args
         assert "Traceback" not in p.stderr
         assert p.stderr.count("\n") == 1 and p.stderr.startswith("traceadvisor: error:"), p.stderr
+
+
+def test_output_to_a_device_writes_through_it() -> None:
+    """``--output /dev/null`` must not replace the device with a regular file."""
+    p = run("analyze", str(MI250), "--format", "json", "--output", "/dev/null")
+    assert p.returncode == 0, p.stderr
+    assert Path("/dev/null").is_char_device()

@@ -10,6 +10,11 @@ from pathlib import Path
 def write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        # A device or pipe (/dev/null, /dev/stdout, a FIFO): renaming over it would replace it.
+        with path.open("wb") as fh:
+            fh.write(data)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "wb") as fh:

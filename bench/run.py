@@ -1,0 +1,714 @@
+#!/usr/bin/env python3
+"""traceadvisor load benchmark: orjson vs HTA vs `traceadvisor analyze`, side by side.
+
+For each trace size (made by bench/make_traces.py) and each repetition, in one run and
+interleaved (rep -> size -> tool, tool order rotated every repetition), this runs:
+
+  orjson         fresh `python -c` process: read the file's bytes + orjson.loads; the time
+                 is measured inside the process around read+loads only (no interpreter
+                 start, no import).
+  HTA            fresh process: `TraceAnalysis(trace_dir=DIR)` (HTA 0.5.0, optional); time
+                 measured inside the process around the constructor only (no imports).
+                 DIR holds only a hard link to the trace.
+  traceadvisor   `python -m traceadvisor analyze FILE --format json --output TMP/report.json`;
+                 the time is the wall time of the whole process, start-up, imports and the
+                 report write included. The report is checked to be JSON, then deleted.
+                 (Not --output /dev/null: the CLI writes atomically, temp file + rename, and
+                 that replaces /dev/null with a regular file.)
+
+Peak RSS: every measured command is a direct child of this runner, started with
+subprocess.Popen and reaped with os.wait4(pid), which returns the rusage of that one
+child (Linux: ru_maxrss = peak RSS of the child, or of a descendant it waited for, in
+KiB). That is what getrusage(RUSAGE_CHILDREN) reports around a one-child wrapper, without
+the wrapper. It includes the interpreter and imports.
+
+Reported: median over --repeat runs. MB = 10**6 bytes everywhere. The page cache is warmed
+(each file read once) before measuring, so all figures are warm-cache.
+
+The runner itself uses only the standard library (the probes run orjson/HTA in child
+processes, the generator is run as a child process) and never imports traceadvisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+DEFAULT_CACHE_DIR = BENCH_DIR / ".cache"
+MB = 1_000_000
+RESULT_TAG = "BENCH_RESULT "
+
+DEFAULT_TA_CMD = "{python} -m traceadvisor analyze {trace} --format json --output {output}"
+STANDIN_TA_CMD = (
+    "{python} "
+    + shlex.quote(str(Path(__file__).resolve()))
+    + " _standin analyze {trace} --format json --output {output}"
+)
+
+TARGET_TA_ORJSON = 0.6  # traceadvisor wall / orjson read+loads  <=
+TARGET_HTA_TA = 10.0  # HTA load / traceadvisor wall             >=
+TARGET_PEAK_RATIO = 2.0  # traceadvisor peak RSS / JSON bytes      <=
+
+ORJSON_PROBE = r"""
+import json, os, sys, time
+import orjson
+t0 = time.perf_counter()
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+doc = orjson.loads(data)
+t1 = time.perf_counter()
+print("BENCH_RESULT " + json.dumps({"inner_s": t1 - t0, "events": len(doc["traceEvents"])}), flush=True)
+os._exit(0)  # skip freeing the object graph at exit
+"""
+
+HTA_PROBE = r"""
+import json, os, sys, time
+t_imp = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t0 = time.perf_counter()
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+t1 = time.perf_counter()
+rows = sum(len(df) for df in analyzer.t.traces.values())
+print("BENCH_RESULT " + json.dumps({"inner_s": t1 - t0, "import_s": t0 - t_imp, "rows": rows}), flush=True)
+os._exit(0)
+"""
+
+TOOLS = ("orjson", "hta", "ta")
+TOOL_LABEL = {"orjson": "orjson", "hta": "HTA", "ta": "traceadvisor"}
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> dict:
+    """Run cmd as a direct child; wall time, exit code and that child's own peak RSS."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        killed = threading.Event()
+        done = threading.Event()
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True)
+
+        def _kill():
+            if not done.is_set():
+                killed.set()
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+        timer = threading.Timer(timeout, _kill)
+        timer.start()
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+        except BaseException:  # Ctrl-C / SIGTERM: do not leave the measured process behind
+            _kill()
+            os.waitpid(p.pid, 0)
+            raise
+        finally:
+            done.set()
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+    res = {
+        "rc": p.returncode,
+        "timed_out": killed.is_set(),
+        "wall_s": wall,
+        "peak_rss_bytes": ru.ru_maxrss * 1024,  # Linux: KiB
+        "user_s": ru.ru_utime,
+        "sys_s": ru.ru_stime,
+    }
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            res.update(json.loads(line[len(RESULT_TAG) :]))
+    if p.returncode != 0:
+        res["stderr_tail"] = (stderr or stdout)[-2000:]
+    return res
+
+
+def _check_report(path: Path) -> tuple[int | None, str | None]:
+    """(size, error) of the JSON report the traceadvisor command wrote."""
+    try:
+        data = path.read_bytes()
+        json.loads(data)
+    except OSError:
+        return None, "no report written"
+    except ValueError:
+        return len(data), "report is not JSON"
+    return len(data), None
+
+
+def run_quiet(cmd: list[str], **kw) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=True, **kw).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+# --------------------------------------------------------------------------- machine info
+
+
+def machine_info(python: str) -> dict:
+    info: dict = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    info["nproc"] = os.cpu_count()
+    try:
+        info["nproc_usable"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem = {}
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            k, v = line.split(":", 1)
+            mem[k] = int(v.split()[0]) * 1024
+        info["ram_total_gb"] = round(mem["MemTotal"] / 1e9, 1)
+        info["ram_available_gb"] = round(mem["MemAvailable"] / 1e9, 1)
+    except (OSError, KeyError, ValueError):
+        pass
+    info["kernel"] = platform.release()
+    info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
+    info["python_exe"] = python
+    code = (
+        "import sys, json, importlib.metadata as m\n"
+        "v = {}\n"
+        "for p in ('orjson','msgspec','numpy','pandas','holistictraceanalysis','traceadvisor'):\n"
+        "    try: v[p] = m.version(p)\n"
+        "    except m.PackageNotFoundError: v[p] = None\n"
+        "print(json.dumps({'python': sys.version.split()[0], 'packages': v}))\n"
+    )
+    out = run_quiet([python, "-c", code], cwd=REPO)
+    if out:
+        d = json.loads(out)
+        info["python"] = d["python"]
+        info["packages"] = d["packages"]
+        if d["packages"].get("traceadvisor") is None:
+            info["packages"]["traceadvisor"] = "source tree (not installed)"
+    rev = run_quiet(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    info["git_rev"] = rev or None
+    return info
+
+
+def mem_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+# --------------------------------------------------------------------------- traces
+
+
+def ensure_traces(python: str, sizes: list[int], cache_dir: Path, source: str | None) -> dict[int, dict]:
+    cmd = [
+        python,
+        str(BENCH_DIR / "make_traces.py"),
+        "--sizes",
+        ",".join(map(str, sizes)),
+        "--cache-dir",
+        str(cache_dir),
+    ]
+    if source:
+        cmd += ["--source", source]
+    subprocess.run(cmd, check=True, cwd=REPO)
+    traces = {}
+    for size in sizes:
+        markers = list(cache_dir.glob(f"*.{size}MB.json.marker"))
+        if source:
+            stem = Path(source).name.split(".")[0]
+            markers = [m for m in markers if m.name.startswith(stem + ".")]
+        if len(markers) != 1:
+            raise SystemExit(f"cannot find the trace for {size} MB in {cache_dir}")
+        marker = json.loads(markers[0].read_text())
+        path = markers[0].with_name(markers[0].name[: -len(".marker")])
+        traces[size] = {"path": path, "marker": marker}
+    return traces
+
+
+def hta_dir(trace: Path, cache_dir: Path, size: int) -> Path:
+    """A directory holding only this trace (HTA loads every trace file in trace_dir)."""
+    d = cache_dir / "hta" / f"{size}MB"
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.iterdir():
+        if old.name != trace.name:
+            old.unlink()
+    link = d / trace.name
+    if link.exists() and link.samefile(trace):
+        return d
+    link.unlink(missing_ok=True)
+    try:
+        os.link(trace, link)
+    except OSError:
+        link.symlink_to(trace)
+    return d
+
+
+def warm(path: Path) -> None:
+    with path.open("rb", buffering=0) as f:
+        while f.read(16 << 20):
+            pass
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _median(runs: list[dict], key: str):
+    vals = [r[key] for r in runs if r.get("ok") and key in r]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(size: int, json_bytes: int, runs: dict[str, list[dict]], skipped: dict[str, str]) -> dict:
+    s: dict = {"size_mb": size, "json_bytes": json_bytes}
+    for tool in TOOLS:
+        rs = runs.get(tool, [])
+        s[tool] = {
+            "n": sum(1 for r in rs if r.get("ok")),
+            "failed": sum(1 for r in rs if not r.get("ok")),
+            "time_s": _median(rs, "time_s"),
+            "wall_s": _median(rs, "wall_s"),
+            "peak_rss_bytes": _median(rs, "peak_rss_bytes"),
+            "skipped": skipped.get(tool),
+        }
+        errs = [r.get("error") for r in rs if not r.get("ok")]
+        if errs:
+            s[tool]["error"] = errs[-1]
+    o, h, t = s["orjson"]["time_s"], s["hta"]["time_s"], s["ta"]["time_s"]
+    s["ratio_ta_orjson"] = t / o if t and o else None
+    s["ratio_hta_ta"] = h / t if h and t else None
+    tp = s["ta"]["peak_rss_bytes"]
+    s["ratio_ta_peak_json"] = tp / json_bytes if tp else None
+    s["ta_s_per_100mb"] = t / (json_bytes / (100 * MB)) if t else None
+    s["orjson_s_per_100mb"] = o / (json_bytes / (100 * MB)) if o else None
+    return s
+
+
+def _f(v, fmt="{:.2f}", none="–"):
+    return none if v is None else fmt.format(v)
+
+
+def _check(v, target, le: bool):
+    if v is None:
+        return "–"
+    ok = v <= target if le else v >= target
+    return f"{v:.2f} {'✓' if ok else '✗'}"
+
+
+def _cell(s: dict, tool: str, fmt="{:.3f}") -> str:
+    d = s[tool]
+    if d["time_s"] is not None:
+        return fmt.format(d["time_s"])
+    if d["skipped"]:
+        return f"skipped: {d['skipped']}"
+    if d["failed"]:
+        return f"FAILED ({d.get('error', '?')})"
+    return "–"
+
+
+def render(summary: list[dict], info: dict, cfg: dict) -> str:
+    L = []
+    L.append("## traceadvisor benchmark")
+    L.append("")
+    pk = info.get("packages", {})
+    L.append(
+        f"Machine: {info.get('cpu', '?')}, nproc {info.get('nproc')}"
+        f" (usable {info.get('nproc_usable', '?')}), RAM {info.get('ram_total_gb', '?')} GB"
+        f" ({info.get('ram_available_gb', '?')} GB available), Linux {info.get('kernel')}, "
+        f"Python {info.get('python', '?')}"
+    )
+    L.append(
+        "Packages: "
+        + ", ".join(f"{k} {v}" for k, v in pk.items() if v is not None)
+        + f". git rev: {info.get('git_rev') or 'none'}. Date: {info.get('date')}"
+    )
+    L.append(
+        f"Load average (1/5/15 min) at start {info.get('loadavg_start')}, at end {info.get('loadavg_end')}"
+        f" (other processes on the machine add noise); total {cfg.get('total_seconds')} s"
+    )
+    L.append(f"Runs: median of {cfg['repeat']}, interleaved; traceadvisor command: `{cfg['ta_cmd']}`")
+    L.append("")
+    L.append(
+        "| size | JSON MB | orjson s | HTA s | traceadvisor s | ta/orjson (≤ 0.6) | HTA/ta (≥ 10) "
+        "| ta peak MB | peak/JSON (≤ 2.0) |"
+    )
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s in summary:
+        ta_peak = s["ta"]["peak_rss_bytes"]
+        L.append(
+            f"| {s['size_mb']} MB | {s['json_bytes'] / MB:.1f} | {_cell(s, 'orjson')} | {_cell(s, 'hta')} "
+            f"| {_cell(s, 'ta')} | {_check(s['ratio_ta_orjson'], TARGET_TA_ORJSON, True)} "
+            f"| {_check(s['ratio_hta_ta'], TARGET_HTA_TA, False)} "
+            f"| {_f(ta_peak / MB if ta_peak else None, '{:.0f}')} "
+            f"| {_check(s['ratio_ta_peak_json'], TARGET_PEAK_RATIO, True)} |"
+        )
+    L.append("")
+    lin = [s for s in summary if s["ta_s_per_100mb"] is not None]
+    if lin:
+        vals = [s["ta_s_per_100mb"] for s in lin]
+        spread = max(vals) / min(vals) if min(vals) > 0 else float("nan")
+        L.append(
+            "Linearity, traceadvisor s per 100 MB: "
+            + ", ".join(f"{s['size_mb']} MB → {s['ta_s_per_100mb']:.3f}" for s in lin)
+            + f" (max/min {spread:.2f}); orjson s per 100 MB: "
+            + ", ".join(f"{s['size_mb']} MB → {_f(s['orjson_s_per_100mb'], '{:.3f}')}" for s in lin)
+        )
+        base = cfg.get("startup", {}).get("python -m traceadvisor --help")
+        if base:
+            b = base["wall_s"]
+            L.append(
+                f"Same without the CLI start-up (`python -m traceadvisor --help`: {b:.3f} s, "
+                f"{base['peak_rss_bytes'] / MB:.0f} MB): "
+                + ", ".join(
+                    f"{s['size_mb']} MB → {(s['ta']['time_s'] - b) / (s['json_bytes'] / (100 * MB)):.3f}" for s in lin
+                )
+            )
+    else:
+        L.append("Linearity: no traceadvisor figures.")
+    L.append("")
+    L.append("Details (medians; peak = peak RSS of the process, interpreter and imports included):")
+    L.append("")
+    L.append(
+        "| size | copies | events | orjson peak MB | HTA peak MB | HTA peak/JSON | HTA process s "
+        "| HTA import s | ta process s | ta user+sys s |"
+    )
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s in summary:
+        op, hp = s["orjson"]["peak_rss_bytes"], s["hta"]["peak_rss_bytes"]
+        L.append(
+            f"| {s['size_mb']} MB | {s.get('copies', '?')} | {s.get('events') or '?'} "
+            f"| {_f(op / MB if op else None, '{:.0f}')} | {_f(hp / MB if hp else None, '{:.0f}')} "
+            f"| {_f(hp / s['json_bytes'] if hp else None)} | {_f(s['hta']['wall_s'])} "
+            f"| {_f(s.get('hta_import_s'))} | {_f(s['ta']['wall_s'], '{:.3f}')} "
+            f"| {_f(s.get('ta_cpu_s'), '{:.3f}')} |"
+        )
+    notes = cfg.get("notes") or []
+    if notes:
+        L.append("")
+        L.extend(f"- {n}" for n in notes)
+    L.append("")
+    L.append(
+        "orjson s = read + orjson.loads inside a fresh process; HTA s = TraceAnalysis(trace_dir=...) "
+        "inside a fresh process (imports excluded); traceadvisor s = wall time of the whole "
+        "`python -m traceadvisor analyze` process (report written to a temporary file). "
+        "Peak RSS via os.wait4 rusage of each child. MB = 10^6 bytes. Warm page cache."
+    )
+    return "\n".join(L) + "\n"
+
+
+# --------------------------------------------------------------------------- stand-in
+
+
+def standin_analyze(argv: list[str]) -> int:
+    """Stand-in for `traceadvisor analyze` while the real CLI is being written.
+
+    Same contract: analyze TRACE --format json --output FILE, exit 0, JSON report written.
+    Does read + orjson.loads + one pass over the events.
+    """
+    ap = argparse.ArgumentParser(prog="run.py _standin")
+    ap.add_argument("cmd", choices=["analyze"])
+    ap.add_argument("trace")
+    ap.add_argument("--format", default="json")
+    ap.add_argument("--output", default="-")
+    a = ap.parse_args(argv)
+    import orjson  # only in the stand-in child process
+
+    doc = orjson.loads(Path(a.trace).read_bytes())
+    cats: dict = {}
+    gpu_busy = 0.0
+    for e in doc["traceEvents"]:
+        c = e.get("cat")
+        cats[c] = cats.get(c, 0) + 1
+        if c == "kernel":
+            gpu_busy += e.get("dur", 0)
+    report = {
+        "tool": "standin",
+        "events": len(doc["traceEvents"]),
+        "by_cat": {str(k): v for k, v in cats.items()},
+        "kernel_us": gpu_busy,
+    }
+    data = orjson.dumps(report)
+    if a.output == "-":
+        sys.stdout.buffer.write(data)
+    else:
+        Path(a.output).write_bytes(data)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def default_python() -> str:
+    venv = REPO / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGTERM, _sigterm)
+    if argv[:1] == ["_standin"]:
+        return standin_analyze(argv[1:])
+    ap = argparse.ArgumentParser(
+        description="Benchmark orjson vs HTA vs traceadvisor on 10 MB / 100 MB / 1 GB traces.",
+        epilog="Placeholders in --ta-cmd: {python} {trace} {output} (shell-quoted).",
+    )
+    ap.add_argument("--sizes", default="10,100,1000", help="trace sizes in MB (10**6 bytes), comma separated")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and size; the median is reported")
+    ap.add_argument("--no-hta", action="store_true", help="do not run HTA")
+    ap.add_argument("--no-orjson", action="store_true", help="do not run the orjson baseline")
+    ap.add_argument("--no-ta", action="store_true", help="do not run traceadvisor")
+    ap.add_argument("--markdown", type=Path, help="also write the table to this file")
+    ap.add_argument("--json", type=Path, help="write raw figures (every run) to this file")
+    ap.add_argument(
+        "--python", default=default_python(), help="interpreter for all measured commands (default: .venv/bin/python)"
+    )
+    ap.add_argument(
+        "--ta-cmd", default=DEFAULT_TA_CMD, help=f"traceadvisor command template (default: {DEFAULT_TA_CMD!r})"
+    )
+    ap.add_argument(
+        "--ta-standin",
+        action="store_true",
+        help="use the built-in stand-in (read + orjson.loads + one pass) as the traceadvisor command",
+    )
+    ap.add_argument(
+        "--ta-output",
+        default=None,
+        help="{output} for the traceadvisor command (default: a fresh temporary folder's report.json, "
+        "checked to be JSON, then deleted). Not /dev/null: the CLI's atomic write renames a temporary "
+        "file over it and replaces the device with a regular file",
+    )
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    ap.add_argument("--source", help="source trace for make_traces.py (default: its own default)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds before a measured process is killed")
+    ap.add_argument(
+        "--hta-max-mb",
+        type=float,
+        default=500,
+        help="skip HTA on traces larger than this many MB (default 500: HTA 0.5.0 takes 3-6 min and 5 GB "
+        "per run on the 1 GB trace on a 2-core box); 0 = no limit",
+    )
+    ap.add_argument(
+        "--orjson-gc-off",
+        action="store_true",
+        help="gc.disable() before read+loads in the orjson probe (a stricter baseline: the cyclic GC "
+        "more than doubles orjson.loads time on the 1 GB trace)",
+    )
+    ap.add_argument(
+        "--hta-max-seconds",
+        type=float,
+        default=300,
+        help="skip HTA on a size when its time predicted from a smaller size exceeds this (default 300)",
+    )
+    ap.add_argument(
+        "--hta-mem-fraction",
+        type=float,
+        default=0.7,
+        help="skip HTA on a size when its peak RSS predicted from a smaller size exceeds this fraction of MemAvailable",
+    )
+    args = ap.parse_args(argv)
+    if args.ta_output and Path(args.ta_output).exists() and not Path(args.ta_output).is_file():
+        ap.error(
+            f"--ta-output {args.ta_output} exists and is not a regular file; traceadvisor's atomic write "
+            "would rename a file over it (this is how /dev/null got replaced once)"
+        )
+    if args.ta_standin:
+        args.ta_cmd = STANDIN_TA_CMD
+
+    sizes = sorted(int(x) for x in args.sizes.split(",") if x.strip())
+    py = args.python
+    info = machine_info(py)
+    cfg = {
+        "sizes": sizes,
+        "repeat": args.repeat,
+        "ta_cmd": args.ta_cmd.format(python="python", trace="FILE", output=args.ta_output or "TMP/report.json"),
+        "python": py,
+        "orjson_gc_off": args.orjson_gc_off,
+        "notes": ["orjson probe runs with gc disabled (--orjson-gc-off)."] if args.orjson_gc_off else [],
+    }
+    print(
+        f"[bench] python {info.get('python')} ({py}); {info.get('cpu')}; "
+        f"nproc {info.get('nproc')}; RAM {info.get('ram_total_gb')} GB",
+        flush=True,
+    )
+
+    traces = ensure_traces(py, sizes, args.cache_dir, args.source)
+
+    tools = [t for t in TOOLS if not getattr(args, f"no_{t}")]
+    skipped: dict[int, dict[str, str]] = {s: {} for s in sizes}
+    if "hta" in tools and not run_quiet([py, "-c", "import hta; print('ok')"], cwd=REPO):
+        tools.remove("hta")
+        for s in sizes:
+            skipped[s]["hta"] = "HTA not installed"
+        cfg["notes"].append("HTA not installed (pip install holistictraceanalysis==0.5.0); HTA column empty.")
+    if args.no_hta:
+        cfg["notes"].append("HTA not run (--no-hta).")
+    if "hta" in tools and args.hta_max_mb:
+        for s in sizes:
+            if traces[s]["marker"]["bytes"] > args.hta_max_mb * MB:
+                skipped[s]["hta"] = f"> {args.hta_max_mb:g} MB (--hta-max-mb 0 runs it)"
+
+    for s in sizes:
+        warm(traces[s]["path"])
+
+    # start-up baselines, to read the small sizes: bare interpreter, and the CLI doing nothing
+    startup_cmds = {"python -c pass": [py, "-c", "pass"]}
+    if "ta" in tools and args.ta_cmd == DEFAULT_TA_CMD:
+        startup_cmds["python -m traceadvisor --help"] = [py, "-m", "traceadvisor", "--help"]
+    startup = {}
+    for label, cmd in startup_cmds.items():
+        rs = [measure(cmd, 120) for _ in range(max(1, args.repeat))]
+        if all(r["rc"] == 0 for r in rs):
+            startup[label] = {
+                "wall_s": statistics.median(r["wall_s"] for r in rs),
+                "peak_rss_bytes": statistics.median(r["peak_rss_bytes"] for r in rs),
+            }
+    cfg["startup"] = startup
+    if startup:
+        print(
+            "[bench] start-up: "
+            + ", ".join(f"{k} {v['wall_s']:.3f} s / {v['peak_rss_bytes'] / MB:.0f} MB" for k, v in startup.items()),
+            flush=True,
+        )
+
+    runs: dict[int, dict[str, list[dict]]] = {s: {t: [] for t in TOOLS} for s in sizes}
+    failed: dict[int, set] = {s: set() for s in sizes}
+    t_start = time.perf_counter()
+    for rep in range(args.repeat):
+        order = tools[rep % len(tools) :] + tools[: rep % len(tools)] if tools else []
+        for s in sizes:
+            path = traces[s]["path"]
+            nbytes = traces[s]["marker"]["bytes"]
+            for tool in order:
+                if tool in skipped[s] or tool in failed[s]:
+                    continue
+                if tool == "hta" and rep == 0:
+                    reason = _predict_hta_skip(s, nbytes, runs, traces, args)
+                    if reason:
+                        skipped[s]["hta"] = reason
+                        print(f"[bench] {s} MB HTA skipped: {reason}", flush=True)
+                        continue
+                if tool == "orjson":
+                    probe = ORJSON_PROBE.replace("import orjson", "import orjson, gc; gc.disable()")
+                    cmd = [py, "-c", probe if args.orjson_gc_off else ORJSON_PROBE, str(path)]
+                elif tool == "hta":
+                    cmd = [py, "-c", HTA_PROBE, str(hta_dir(path, args.cache_dir, s))]
+                else:
+                    outdir = Path(tempfile.mkdtemp(prefix="ta-bench-"))
+                    output = args.ta_output or str(outdir / "report.json")
+                    cmd = shlex.split(
+                        args.ta_cmd.format(
+                            python=shlex.quote(py), trace=shlex.quote(str(path)), output=shlex.quote(output)
+                        )
+                    )
+                r = measure(cmd, args.timeout)
+                r.update(rep=rep, size_mb=s, tool=tool)
+                r["ok"] = r["rc"] == 0 and not r["timed_out"] and (tool == "ta" or "inner_s" in r)
+                r["time_s"] = r["wall_s"] if tool == "ta" else r.get("inner_s")
+                if not r["ok"]:
+                    r["error"] = "timeout" if r["timed_out"] else f"rc={r['rc']}"
+                if tool == "ta":
+                    if r["ok"] and not args.ta_output:
+                        r["report_bytes"], r["report_error"] = _check_report(Path(output))
+                        if r["report_error"]:
+                            r["ok"] = False
+                            r["error"] = r["report_error"]
+                    shutil.rmtree(outdir, ignore_errors=True)
+                if not r["ok"]:
+                    failed[s].add(tool)
+                runs[s][tool].append(r)
+                print(
+                    f"[bench] rep {rep + 1}/{args.repeat} {s:>5} MB {TOOL_LABEL[tool]:<12} "
+                    + (
+                        f"{r['time_s']:8.3f} s  peak {r['peak_rss_bytes'] / MB:8.0f} MB  (process {r['wall_s']:.2f} s)"
+                        if r["ok"]
+                        else f"FAILED {r['error']}: {r.get('stderr_tail', '')[-500:]}"
+                    ),
+                    flush=True,
+                )
+    total = time.perf_counter() - t_start
+
+    summary = []
+    for s in sizes:
+        sm = summarize(s, traces[s]["marker"]["bytes"], runs[s], skipped[s])
+        sm["copies"] = traces[s]["marker"].get("copies")
+        ev = [r.get("events") for r in runs[s]["orjson"] if r.get("events")]
+        sm["events"] = ev[0] if ev else None
+        sm["hta_import_s"] = _median(runs[s]["hta"], "import_s")
+        cpu = [r["user_s"] + r["sys_s"] for r in runs[s]["ta"] if r.get("ok")]
+        sm["ta_cpu_s"] = statistics.median(cpu) if cpu else None
+        summary.append(sm)
+    cfg["total_seconds"] = round(total, 1)
+    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+
+    table = render(summary, info, cfg)
+    print()
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table)
+    if args.json:
+        raw = {
+            "machine": info,
+            "config": cfg,
+            "traces": {s: {"path": str(traces[s]["path"]), **traces[s]["marker"]} for s in sizes},
+            "summary": summary,
+            "runs": [r for s in sizes for t in TOOLS for r in runs[s][t]],
+        }
+        args.json.write_text(json.dumps(raw, indent=1, default=str) + "\n")
+    ta_failed = any(r for s in sizes for r in runs[s]["ta"] if not r.get("ok"))
+    return 1 if ta_failed else 0
+
+
+def _predict_hta_skip(size, nbytes, runs, traces, args) -> str | None:
+    """Skip HTA on a size when a smaller size predicts too much time or memory."""
+    smaller = [s for s in runs if s < size and any(r.get("ok") for r in runs[s]["hta"])]
+    if not smaller:
+        return None
+    ref = max(smaller)
+    ok = [r for r in runs[ref]["hta"] if r.get("ok")]
+    ref_bytes = traces[ref]["marker"]["bytes"]
+    scale = nbytes / ref_bytes
+    t_pred = statistics.median(r["wall_s"] for r in ok) * scale
+    peak_pred = max(r["peak_rss_bytes"] for r in ok) * scale
+    avail = mem_available()
+    if avail and peak_pred > args.hta_mem_fraction * avail:
+        return f"predicted peak {peak_pred / 1e9:.0f} GB > {args.hta_mem_fraction:g} × {avail / 1e9:.0f} GB available"
+    if t_pred > args.hta_max_seconds:
+        return f"predicted {t_pred:.0f} s per run > {args.hta_max_seconds:g} s"
+    return None
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("[bench] interrupted", file=sys.stderr)
+        sys.exit(130)
