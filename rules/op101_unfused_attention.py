@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
@@ -10,7 +9,7 @@ from math import prod
 import numpy as np
 
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, evidence_from, location_of
+from traceadvisor.rules_api import Capability, evidence_from, location_of, parse_raw
 
 SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
 SOFTMAX_BWD_OPS = {"aten::_softmax_backward_data"}
@@ -26,15 +25,6 @@ class Options:
     min_seq: int = 128  # score matrices smaller than this (L or S) are not worth a fused kernel
     min_share_pct: float = 5.0  # report only when the score path takes this share of kernel time
     flash_efficiency: float = 0.4  # share of the tensor-core peak a fused attention kernel reaches
-
-
-def _parse(raw: object) -> list | None:
-    if raw is None or (isinstance(raw, float) and np.isnan(raw)):
-        return None
-    try:
-        return json.loads(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 def _peak(trace: Trace, half: bool) -> float:
@@ -104,13 +94,13 @@ class UnfusedAttention(Rule):
         scores: set[tuple[int, int, int]] = set()  # (batch·heads, L, S)
         half = False
         for dims_raw, types_raw in zip(soft["input_dims"], soft["input_types"], strict=True):
-            dims = _parse(dims_raw)
+            dims = parse_raw(dims_raw)
             if not dims or not dims[0] or len(dims[0]) < 3:
                 continue
             shape = dims[0]
             if shape[-1] >= opts.min_seq and shape[-2] >= opts.min_seq:
                 scores.add((prod(shape[:-2]), shape[-2], shape[-1]))
-                types = _parse(types_raw) or []
+                types = parse_raw(types_raw) or []
                 half = half or any(str(t) in ("c10::BFloat16", "c10::Half") for t in types)
         if not scores:
             return
@@ -124,7 +114,7 @@ class UnfusedAttention(Rule):
         for row, name, dims_raw in zip(
             launching.index, launching["name"].astype(str), launching["input_dims"], strict=True
         ):
-            dims = _parse(dims_raw)
+            dims = parse_raw(dims_raw)
             if not dims:
                 continue
             shapes = [d for d in dims if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d)]

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
 
-import numpy as np
-
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, Evidence, location_of
+from traceadvisor.rules_api import Capability, Evidence, location_of, parse_raw
 
 # HBM bandwidth (bytes/s) from NVIDIA datasheets, by device name; fallback by compute capability.
 BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "H800": 3.35e12, "A100": 2.0e12, "A10": 0.6e12, "L40S": 0.864e12}
@@ -26,15 +23,6 @@ class Options:
     min_kernels_per_param: float = 3.0  # kernels per parameter tensor that mark a per-tensor loop
     eager_op_us: float = 10.0  # host cost of one eager op without the profiler (dispatch + launch)
     bandwidth_efficiency: float = 0.7  # share of the HBM bandwidth a fused optimizer kernel reaches
-
-
-def _parse(raw: object) -> list | None:
-    if raw is None or (isinstance(raw, float) and np.isnan(raw)):
-        return None
-    try:
-        return json.loads(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 def _bandwidth(trace: Trace) -> float:
@@ -135,7 +123,7 @@ class OptimizerNotFused(Rule):
                 launching.loc[launching["name"].astype(str) == top_op, "input_types"],
                 strict=True,
             ):
-                dims, types = _parse(dims_raw), _parse(types_raw)
+                dims, types = parse_raw(dims_raw), parse_raw(types_raw)
                 if dims and dims[0]:
                     size = _DTYPE_BYTES.get(str(types[0]) if types else "float", 4)
                     moved += prod(dims[0]) * size * ACCESSES_PER_ELEMENT

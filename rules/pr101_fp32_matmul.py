@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
 
-import numpy as np
-
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, evidence_from, location_of
+from traceadvisor.rules_api import Capability, evidence_from, location_of, parse_raw
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 # Non-tensor-core fp32 GEMM families: cuBLAS/CUTLASS SIMT SGEMM, gemv, and the sm80 xmma "ffma"
@@ -52,15 +49,6 @@ def _peaks(trace: Trace) -> tuple[float, float] | None:
         if key in name:
             return PEAKS[key]
     return DEFAULT_BY_MAJOR.get(major, (20e12, 80e12))
-
-
-def _parse(raw: object) -> list | None:
-    if raw is None or (isinstance(raw, float) and np.isnan(raw)):
-        return None
-    try:
-        return json.loads(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 def matmul_flops(name: str, dims: list | None) -> float | None:
@@ -161,12 +149,12 @@ class Fp32Matmul(Rule):
         kept_ops = []
         for row, dur in per_op.items():
             h = trace.host.loc[int(row)]
-            types = _parse(h["input_types"]) or []
+            types = parse_raw(h["input_types"]) or []
             if types and not any(str(t) in _FLOAT_TYPES for t in types):
                 continue
             kept_ops.append(int(row))
             gemm_ns += int(dur)
-            flops = matmul_flops(str(h["name"]), _parse(h["input_dims"]))
+            flops = matmul_flops(str(h["name"]), parse_raw(h["input_dims"]))
             floor = dur / opts.max_speedup
             if flops:
                 flops_total += flops

@@ -8,23 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, Evidence, location_of
+from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
 
-SYNC_CALLS = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-    "cudaMemcpy2D",
-    "cuCtxSynchronize",
-    "cuStreamSynchronize",
-    "cuEventSynchronize",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-    "hipMemcpy",
-    "hipMemcpyWithStream",
-)
+# Blocking calls: traceadvisor.rules_api.BLOCKING_CALLS (shared with the idle attribution).
 # Ops that force a sync because the host needs a value (or a shape) computed on the GPU.
 CAUSING_OPS = (
     "aten::item",
@@ -98,7 +84,7 @@ class SyncPoint(Rule):
         opts: Options = self.options
         rt = trace.runtime
         names = rt["name"].astype(str)
-        calls = rt[names.isin(SYNC_CALLS).to_numpy()]
+        calls = rt[names.isin(BLOCKING_CALLS).to_numpy()]
         if not len(calls):
             return
         steps = trace.steps.table

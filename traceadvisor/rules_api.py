@@ -2,8 +2,11 @@
 
 from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.engine.rule import DOC_SECTIONS, Capability, Rule, evidence_from, location_of
+from traceadvisor.trace.columns import parse_raw
+from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 
 __all__ = [
+    "BLOCKING_CALLS",
     "DOC_SECTIONS",
     "Capability",
     "Evidence",
@@ -15,4 +18,5 @@ __all__ = [
     "Thresholds",
     "evidence_from",
     "location_of",
+    "parse_raw",
 ]

@@ -12,6 +12,7 @@ without the rounding error that ``round(ts * 1000)`` has above 2^43 µs.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -182,6 +183,16 @@ def _raw(values: Sequence[Any]) -> npt.NDArray[np.object_]:
     out = np.empty(len(values), dtype=object)
     out[:] = [None if v is NULL or v is None else bytes(v) for v in values]
     return out
+
+
+def parse_raw(raw: Any) -> Any:
+    """A raw JSON argument kept by the loader (``Input Dims``, ``Input type``...) parsed; None if absent or bad."""
+    if raw is None or isinstance(raw, float):
+        return None
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        return None
 
 
 def _strs(values: Sequence[Any]) -> npt.NDArray[np.object_]:
