@@ -15,8 +15,11 @@ $(VENV)/.installed-base: pyproject.toml | $(VENV)/bin/python
 	$(PIP) -e .
 	touch $@
 
+# torch is pinned first: 2.13.0 is the CPU build this kind of machine carries; an unpinned torch
+# (pulled by lightning or transformers) would fetch gigabytes of CUDA packages instead.
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
-	$(PIP) -e ".[test,hta]"
+	$(PIP) torch==2.13.0
+	$(PIP) -e ".[test,hta,capture,integrations]"
 	touch $@ $(VENV)/.installed-base
 
 demo: $(VENV)/.installed-base
