@@ -1,24 +1,68 @@
-"""traceadvisor: reads PyTorch profiler traces and says what slows the GPU workload down."""
+"""traceadvisor: reads PyTorch profiler traces and says what slows the GPU workload down.
+
+The public names load on first use (PEP 562): ``import traceadvisor`` stays cheap (no pandas, no
+torch), which matters for ``traceadvisor.step()`` markers in training code and for the start-up
+of the command line, whose reader begins decoding before the analysis modules are imported.
+"""
 
 from __future__ import annotations
 
-from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity
-from traceadvisor.engine.rule import Capability, Rule
-from traceadvisor.trace.load import load, load_file
-from traceadvisor.trace.model import Trace
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
+# public name -> module that defines it
+_LAZY: dict[str, str] = {
+    "Advisor": "traceadvisor.advisor",
+    "profile": "traceadvisor.advisor",
+    "Capability": "traceadvisor.engine.rule",
+    "Rule": "traceadvisor.engine.rule",
+    "Evidence": "traceadvisor.engine.finding",
+    "Finding": "traceadvisor.engine.finding",
+    "Impact": "traceadvisor.engine.finding",
+    "Location": "traceadvisor.engine.finding",
+    "Severity": "traceadvisor.engine.finding",
+    "load": "traceadvisor.trace.load",
+    "load_file": "traceadvisor.trace.load",
+    "Trace": "traceadvisor.trace.model",
+    "step": "traceadvisor.capture.marker",
+}
+
+__all__ = [  # noqa: RUF022 (kept in the order of _LAZY)
+    "Advisor",
+    "profile",
     "Capability",
+    "Rule",
     "Evidence",
     "Finding",
     "Impact",
     "Location",
-    "Rule",
     "Severity",
-    "Trace",
-    "__version__",
     "load",
     "load_file",
+    "Trace",
+    "step",
+    "__version__",
 ]
+
+if TYPE_CHECKING:
+    from traceadvisor.advisor import Advisor, profile
+    from traceadvisor.capture.marker import step
+    from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity
+    from traceadvisor.engine.rule import Capability, Rule
+    from traceadvisor.trace.load import load, load_file
+    from traceadvisor.trace.model import Trace
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'traceadvisor' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceadvisor.engine.config import Config
-from traceadvisor.engine.registry import discover
-from traceadvisor.engine.rule import Rule
-from traceadvisor.engine.runner import instantiate, run, select
-from traceadvisor.report.summary import summarize
 from traceadvisor.trace.load import load
-from traceadvisor.trace.model import Trace
 from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
+
+if TYPE_CHECKING:  # the rule engine (and pandas with it) is imported while the trace decodes
+    from traceadvisor.engine.rule import Rule
+    from traceadvisor.trace.model import Trace
 
 SCHEMA_VERSION = 1
 SEVERITIES = ("low", "medium", "high")
@@ -48,9 +47,12 @@ class Report:
 
 def analyze_traces(traces: list[Trace], config: Config | None = None, rules: list[Rule] | None = None) -> Report:
     """Summarise loaded traces and run the rules on them."""
+    from traceadvisor.engine.runner import run
+    from traceadvisor.report.summary import summarize
+
     config = config or Config()
     if rules is None:
-        rules = instantiate(select(discover(config.rules_dirs), config), config)
+        rules = _configured_rules(config)
     report = Report()
     for t in traces:
         report.traces.append(summarize(t))
@@ -66,6 +68,19 @@ def analyze(
 ) -> Report:
     """Load and analyse trace files (or directories of them)."""
     config = config or Config()
-    # Discover and configure rules before the (slow) load, so configuration errors come first.
-    rules = instantiate(select(discover(config.rules_dirs), config), config)
-    return analyze_traces(load(list(paths), max_bytes=max_bytes), config, rules)
+    rules: list[Rule] = []
+
+    def prepare_rules() -> None:
+        # Runs before any event is decoded (configuration errors come first), overlapped with the
+        # decoding in a second process where the trace is large enough (trace/parallel.py).
+        rules.extend(_configured_rules(config))
+
+    traces = load(list(paths), max_bytes=max_bytes, meanwhile=prepare_rules)
+    return analyze_traces(traces, config, rules)
+
+
+def _configured_rules(config: Config) -> list[Rule]:
+    from traceadvisor.engine.registry import discover
+    from traceadvisor.engine.runner import instantiate, select
+
+    return instantiate(select(discover(config.rules_dirs), config), config)

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
+from itertools import count, repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from traceadvisor.trace.schema import NULL, Args, Event
+
+if TYPE_CHECKING:  # pandas is imported when the tables are built: the decoding needs numpy only
+    import pandas as pd
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -60,7 +65,9 @@ FAMILY: dict[str, str] = {
     "cuda_sync": "syncs",
     "cpu_instant_event": "memory",
     "overhead": "overhead",
-    "ac2g": "flows",
+    # ac2g flow arrows repeat what the correlation id already says (runtime call → GPU work), and
+    # they are a third of a large trace's events: counted as a known category, not tabled.
+    "ac2g": "launch_flows",
     "fwdbwd": "flows",
 }
 
@@ -143,25 +150,39 @@ def _int(v: Any) -> int:
 
 
 class Interner:
-    """Names as codes into a shared list of unique strings (most names repeat thousands of times)."""
+    """Names as codes into a shared list of unique strings (most names repeat thousands of times).
+
+    A ``defaultdict`` whose factory is a counter assigns the next code on a miss, so encoding a
+    batch is one C-level ``map`` with no Python per name.
+    """
 
     def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
+        self.codes: defaultdict[Any, int] = defaultdict(count().__next__)
 
     def encode(self, names: Sequence[Any]) -> npt.NDArray[np.int32]:
-        table = self.codes
-        out = []
-        for s in names:
-            if s.__class__ is not str:
-                s = "" if s is None else str(s)
-            c = table.get(s)
-            if c is None:
-                c = table[s] = len(table)
-            out.append(c)
-        return np.array(out, dtype=np.int32)
+        try:
+            return np.fromiter(map(self.codes.__getitem__, names), np.int32, len(names))
+        except TypeError:  # an unhashable name (a list, an object): damaged input
+            hashable = [s if s is None or s.__class__ in (str, int, float, bool) else str(s) for s in names]
+            return np.fromiter(map(self.codes.__getitem__, hashable), np.int32, len(names))
+
+    def strings(self) -> tuple[list[str], npt.NDArray[np.int32] | None]:
+        """The names as strings, and a code remapping when two keys read the same (None and "")."""
+        keys = list(self.codes)
+        if all(k.__class__ is str for k in keys):
+            return keys, None
+        texts = ["" if k is None else str(k) for k in keys]
+        unique: dict[str, int] = {}
+        remap = np.fromiter((unique.setdefault(t, len(unique)) for t in texts), np.int32, len(texts))
+        return list(unique), remap
 
     def categorical(self, codes: npt.NDArray[np.int32]) -> pd.Categorical:
-        cats = pd.Index(list(self.codes), dtype=object)
+        import pandas as pd
+
+        names, remap = self.strings()
+        if remap is not None:
+            codes = remap[codes]
+        cats = pd.Index(names, dtype=object)
         return pd.Categorical.from_codes(codes, categories=cats, validate=False)
 
 
@@ -263,7 +284,27 @@ class ColumnSink:
 
     # -- batch intake -------------------------------------------------------------------------
     def add_batch(self, events: list[Event]) -> None:
+        # Bucketing is vectorised: one C-level pass maps each category to its table, numpy finds
+        # each table's rows (a per-event Python loop here cost more than the JSON decode).
+        try:
+            codes = np.fromiter(map(_FAMILY_CODE.get, [e.cat for e in events], repeat(-1)), np.int8, len(events))
+        except TypeError:  # an unhashable category (a list, an object): damaged input, the slow path
+            codes = np.full(len(events), -1, dtype=np.int8)
         buckets: dict[str, list[Event]] = {}
+        present = np.bincount(codes + 1, minlength=len(_FAMILIES) + 1)
+        for code in np.flatnonzero(present[1:]):
+            rows = np.flatnonzero(codes == code).tolist()
+            buckets[_FAMILIES[code]] = [events[rows[0]]] if len(rows) == 1 else list(itemgetter(*rows)(events))
+        if present[0]:
+            self._bucket_slowly([events[i] for i in np.flatnonzero(codes < 0).tolist()], buckets)
+        for family, bucket in buckets.items():
+            build = _BUILDERS.get(family)
+            if build is not None:
+                cols = build(self, family, bucket)
+                self._append(family, cols)
+
+    def _bucket_slowly(self, events: list[Event], buckets: dict[str, list[Event]]) -> None:
+        """Metadata, unknown and ill-typed categories: one event at a time (few in real traces)."""
         for e in events:
             cat = e.cat
             if cat.__class__ is not str:
@@ -278,20 +319,37 @@ class ColumnSink:
                     continue
                 family = "other"
                 self.other_categories[cat] = self.other_categories.get(cat, 0) + 1
-            bucket = buckets.get(family)
-            if bucket is None:
-                bucket = buckets[family] = []
-            bucket.append(e)
-        for family, bucket in buckets.items():
-            build = _BUILDERS.get(family)
-            if build is not None:
-                cols = build(self, family, bucket)
-                self._append(family, cols)
+            buckets.setdefault(family, []).append(e)
 
     def _append(self, family: str, cols: dict[str, Any]) -> None:
         store = self.parts.setdefault(family, {})
         for k, v in cols.items():
             store.setdefault(k, []).append(v)
+
+    def export(self) -> dict[str, Any]:
+        """The collected state, for a sink in another process to ``absorb`` (``parallel.py``)."""
+        return {
+            "parts": self.parts,
+            "names": {family: list(it.codes) for family, it in self.names.items()},
+            "metadata": self.metadata,
+            "other_categories": self.other_categories,
+            "negative_durations": self.negative_durations,
+        }
+
+    def absorb(self, state: dict[str, Any]) -> None:
+        """Append another sink's exported columns after ours, re-coding its names into our tables."""
+        for family, cols in state["parts"].items():
+            names = state["names"].get(family)
+            if names is not None and "name" in cols:
+                remap = self.interner(family).encode(names)
+                cols["name"] = [remap[codes] for codes in cols["name"]]
+            store = self.parts.setdefault(family, {})
+            for k, chunks in cols.items():
+                store.setdefault(k, []).extend(chunks)
+        self.metadata.extend(state["metadata"])
+        for cat, n in state["other_categories"].items():
+            self.other_categories[cat] = self.other_categories.get(cat, 0) + n
+        self.negative_durations += state["negative_durations"]
 
     def interner(self, family: str) -> Interner:
         it = self.names.get(family)
@@ -314,6 +372,8 @@ class ColumnSink:
 
     # -- final tables -------------------------------------------------------------------------
     def table(self, family: str) -> pd.DataFrame:
+        import pandas as pd
+
         store = self.parts.get(family)
         if not store:
             return pd.DataFrame()
@@ -334,6 +394,10 @@ class ColumnSink:
             df = df[~bad]
         if "dur_ns" in df:
             df["end_ns"] = df["ts_ns"] + df["dur_ns"]
+        if family == "collectives":
+            # Rows come from two builders (host ops, GPU kernels) in batch order: make it an order
+            # that does not depend on where batches were cut.
+            df = df.iloc[np.lexsort((df["ts_ns"].to_numpy(), df["on_gpu"].to_numpy()))]
         return df.reset_index(drop=True)
 
 
@@ -493,4 +557,10 @@ _BUILDERS: dict[str, Callable[[ColumnSink, str, list[Event]], dict[str, Any]]] =
     "overhead": _overhead,
     "flows": _flows,
     "other": _other,
+}
+
+# Table of every known category and alias, as small integer codes for the vectorised bucketing.
+_FAMILIES: list[str] = sorted(set(FAMILY.values()))
+_FAMILY_CODE: dict[str, int] = {
+    cat: _FAMILIES.index(FAMILY.get(cat) or FAMILY[CATEGORY_ALIASES[cat]]) for cat in [*FAMILY, *CATEGORY_ALIASES]
 }

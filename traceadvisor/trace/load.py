@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceadvisor.errors import TraceError
 from traceadvisor.trace.columns import ColumnSink
-from traceadvisor.trace.model import Trace, TraceMeta
-from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES, read_events
+from traceadvisor.trace.parallel import read_columns
+from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
+
+if TYPE_CHECKING:
+    from traceadvisor.trace.model import Trace, TraceMeta
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -38,24 +41,32 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def load(paths: str | Path | Iterable[str | Path], max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> list[Trace]:
-    """Load one trace per file. Ranks come from ``distributedInfo``, else from the file name."""
+def load(
+    paths: str | Path | Iterable[str | Path],
+    max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    meanwhile: Callable[[], object] | None = None,
+) -> list[Trace]:
+    """Load one trace per file. Ranks come from ``distributedInfo``, else from the file name.
+
+    ``meanwhile`` runs once, overlapped with the decoding of the first file where it can be
+    (``parallel.read_columns``)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files = expand_paths(paths)
-    traces = [load_file(f, max_bytes=max_bytes) for f in files]
+    traces = [load_file(f, max_bytes=max_bytes, meanwhile=meanwhile if i == 0 else None) for i, f in enumerate(files)]
     if len(traces) > 1:
         _assign_missing_ranks(traces)
     return traces
 
 
-def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> Trace:
+def load_file(
+    path: str | Path, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES, meanwhile: Callable[[], object] | None = None
+) -> Trace:
     """Read one trace file into a ``Trace``."""
+    from traceadvisor.trace.model import Trace
+
     path = Path(path)
-    batches, result = read_events(path, max_bytes=max_bytes)
-    sink = ColumnSink()
-    for batch in batches:
-        sink.add_batch(batch)
+    sink, result = read_columns(path, max_bytes, meanwhile=meanwhile)
     tables = {family: sink.table(family) for family in list(sink.parts)}
     warnings = list(result.warnings)
     if result.dropped_events:
@@ -74,6 +85,8 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> 
 
 
 def _meta(path: Path, top: dict[str, Any], sink: ColumnSink, warnings: list[str], truncated: bool) -> TraceMeta:
+    from traceadvisor.trace.model import TraceMeta
+
     dist = top.get("distributedInfo")
     rank = None
     world = None

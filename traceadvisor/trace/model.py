@@ -7,7 +7,8 @@ Tables (pandas DataFrames, times in int64 nanoseconds: ``ts_ns``, ``dur_ns``, ``
 * ``frames``: Python frames (``with_stack``); ``runtime``: CUDA/HIP runtime and driver calls;
 * ``gpu``: kernels, memcpys and memsets (``kind`` 0/1/2) with launch geometry and bytes;
 * ``gpu_annotations``, ``syncs`` (``cuda_sync``), ``memory`` (``[memory]`` instants),
-  ``collectives`` (NCCL metadata from ops and kernels), ``flows``, ``overhead``, ``other``.
+  ``collectives`` (NCCL metadata from ops and kernels), ``flows`` (forward → backward arrows;
+  the ac2g launch arrows are not kept: the correlation id says the same), ``overhead``, ``other``.
 
 Derived views are computed once, on first use, and cached: links (``gpu.launch``, ``gpu.op``,
 ``runtime.op``), host nesting (``parent``, ``depth``), steps, per-device busy intervals and idle
@@ -600,14 +601,15 @@ class Trace:
     def idle_attribution(self) -> pd.DataFrame:
         """Idle gaps of the busiest device in the analysis window, each with one primary cause.
 
-        Columns ``start_ns``, ``end_ns``, ``dur_ns``, ``cause`` (sync, data_loading, cpu_op,
-        launch_latency, unknown), ``detail`` and ``host_row``; see ``idle.py``. Rules take their
-        impacts from here so that no idle nanosecond is claimed twice.
+        Columns ``start_ns``, ``end_ns``, ``dur_ns``, ``cause`` (sync, data_loading, optimizer,
+        launch_bound, cpu_op, launch_latency, unknown), ``detail``, ``host_row``, ``launch_row``,
+        ``blocking_row`` and ``host_events``; see ``idle.py``. Each cause has one owning rule
+        (``idle.CLAIMED_BY``), so no idle nanosecond is claimed twice.
         """
         from traceadvisor.trace import idle
 
         if not self.device_ids:
-            return pd.DataFrame(columns=["start_ns", "end_ns", "dur_ns", "cause", "detail", "host_row"])
+            return idle.empty()
         lo, hi, _ = self.analysis_window
         return idle.attribute(self, self.device_ids[0], lo, hi)
 

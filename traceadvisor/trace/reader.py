@@ -256,7 +256,17 @@ def read_events(path: Path, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> tupl
 
 def _read_all(path: Path, result: ReadResult, max_bytes: int) -> Iterator[list[Event]]:
     blocks = iter_blocks(path, result, max_bytes)
-    buf, legacy = _read_head(path, blocks, result)
+    buf, legacy = read_head(path, blocks, result)
+    yield from read_body(path, blocks, buf, legacy, result, closes=True)
+    summarise(result)
+
+
+def read_body(
+    path: Path, blocks: Iterator[bytes], buf: bytes, legacy: bool, result: ReadResult, closes: bool
+) -> Iterator[list[Event]]:
+    """Decode events from ``buf`` (which starts at an event) and the blocks after it. ``closes``:
+    the bytes run to the end of the file (the array closes, the tail keys follow); else they end
+    exactly after an event (one part of a split read, ``parallel.py``)."""
     pos = _skip_separators(buf, 0)
     idle = len(buf) - pos  # bytes read since the last event was decoded
     for block in blocks:
@@ -272,11 +282,14 @@ def _read_all(path: Path, result: ReadResult, max_bytes: int) -> Iterator[list[E
                     f"{path}: {idle >> 20} MiB of blank space between events; not a profiler trace (a gzip bomb?)"
                 )
             raise TraceError(f"{path}: no event boundary in {idle >> 20} MiB; not a profiler trace")
-    yield from _read_end(buf[pos:], legacy, result)
-    _summarise(result)
+    if closes:
+        yield from _read_end(buf[pos:], legacy, result)
+    else:
+        yield from _take_all(buf, pos, len(buf), result, complete=True)
 
 
-def _summarise(result: ReadResult) -> None:
+def summarise(result: ReadResult) -> None:
+    """Turn the damage counters of ``result`` into warnings (once, after the last event)."""
     if result.repaired_events:
         result.warn(
             f"{_count(result.repaired_events, 'event')} {'was' if result.repaired_events == 1 else 'were'} not valid "
@@ -296,7 +309,7 @@ def _count(n: int, noun: str) -> str:
 
 
 # -- head ----------------------------------------------------------------------------------------
-def _read_head(path: Path, blocks: Iterator[bytes], result: ReadResult) -> tuple[bytes, bool]:
+def read_head(path: Path, blocks: Iterator[bytes], result: ReadResult) -> tuple[bytes, bool]:
     """Consume bytes up to the first event; return the rest and whether the file is a bare array."""
     buf = b""
     blank = 0
