@@ -15,9 +15,6 @@ SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
 SOFTMAX_BWD_OPS = {"aten::_softmax_backward_data"}
 MATMUL_OPS = {"aten::bmm", "aten::baddbmm", "aten::matmul", "aten::mm"}
 SDPA_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
-# Dense tensor-core peaks (FLOP/s) from NVIDIA datasheets: (16-bit, TF32).
-PEAKS = {"H100": (989e12, 495e12), "H200": (989e12, 495e12), "A100": (312e12, 156e12), "L40S": (362e12, 183e12)}
-PEAKS_BY_MAJOR = {8: (312e12, 156e12), 9: (989e12, 495e12)}
 
 
 @dataclass(frozen=True)
@@ -27,17 +24,17 @@ class Options:
     flash_efficiency: float = 0.4  # share of the tensor-core peak a fused attention kernel reaches
 
 
-def _peak(trace: Trace, half: bool) -> float:
-    props = trace.device_properties() or {}
-    name = str(props.get("name", ""))
-    pair = None
-    for key in sorted(PEAKS, key=len, reverse=True):
-        if key in name:
-            pair = PEAKS[key]
-            break
-    if pair is None:
-        pair = PEAKS_BY_MAJOR.get(int(props.get("computeMajor", 0) or 0), (100e12, 50e12))
-    return pair[0] if half else pair[1]
+def _peak(trace: Trace, dtype: str) -> float | None:
+    """Dense tensor-core FLOP/s for the attention's dtype (``bf16``, ``fp16``; fp32 runs as TF32) from
+    the shared peak table (``traceadvisor/roofline/gpus.py``; a device profile or configuration
+    replaces it). Falls back to fp16 (no bf16 before sm80) and to the fp32 rate (no TF32)."""
+    peaks = trace.roofline.peaks
+    if peaks is None:
+        return None
+    f = peaks.flops
+    if dtype in ("bf16", "fp16"):
+        return f.get(dtype) or f.get("fp16")
+    return f.get("tf32") or f.get("fp32")
 
 
 class UnfusedAttention(Rule):
@@ -78,7 +75,7 @@ class UnfusedAttention(Rule):
     code = "OP101"
     name = "unfused-attention"
     severity = Severity.medium
-    requires = frozenset({Capability.gpu, Capability.shapes})
+    requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
     Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
@@ -92,7 +89,7 @@ class UnfusedAttention(Rule):
             return
         soft = ops[names.isin(SOFTMAX_OPS)]
         scores: set[tuple[int, int, int]] = set()  # (batch·heads, L, S)
-        half = False
+        dtype = "fp32"
         for dims_raw, types_raw in zip(soft["input_dims"], soft["input_types"], strict=True):
             dims = parse_raw(dims_raw)
             if not dims or not dims[0] or len(dims[0]) < 3:
@@ -100,8 +97,8 @@ class UnfusedAttention(Rule):
             shape = dims[0]
             if shape[-1] >= opts.min_seq and shape[-2] >= opts.min_seq:
                 scores.add((prod(shape[:-2]), shape[-2], shape[-1]))
-                types = parse_raw(types_raw) or []
-                half = half or any(str(t) in ("c10::BFloat16", "c10::Half") for t in types)
+                types = [str(t) for t in parse_raw(types_raw) or []]
+                dtype = "bf16" if "c10::BFloat16" in types else "fp16" if "c10::Half" in types else dtype
         if not scores:
             return
         k = k[k["op"] >= 0]
@@ -152,7 +149,10 @@ class UnfusedAttention(Rule):
             fwd_flops /= 2.0
         # P·V has the same FLOPs as Q·Kᵀ; the fused backward does about 2.5× the forward.
         flops = 2.0 * fwd_flops * (3.5 if has_bwd else 1.0)
-        fused_ns = flops / (opts.flash_efficiency * _peak(trace, half)) * 1e9
+        peak = _peak(trace, dtype)
+        if not peak:
+            return
+        fused_ns = flops / (opts.flash_efficiency * peak) * 1e9
         saving = max(0.0, path_ns - fused_ns)
         bh, lq, sk = max(scores, key=lambda t: t[0] * t[1] * t[2])
         first = trace.host.loc[score_rows[0]]
@@ -171,7 +171,8 @@ class UnfusedAttention(Rule):
             impact_ns=saving,
             basis=(
                 f"score-path kernel time minus a fused kernel at {opts.flash_efficiency:.0%} of the "
-                f"{'16-bit' if half else 'TF32'} tensor-core peak ({flops / 1e9:.0f} GFLOP)"
+                f"{dtype if dtype != 'fp32' else 'TF32'} tensor-core peak ({peak / 1e12:.0f} TFLOP/s; "
+                f"{flops / 1e9:.0f} GFLOP)"
             ),
             evidence=evidence_from(mine),
             location=location,

@@ -17,18 +17,6 @@ _FP32_KERNEL = re.compile(r"sgemm|gemmSN|gemv|_ffma_|f32f32_f32f32", re.IGNORECA
 _TC_KERNEL = re.compile(r"tf32|tensorop|hmma|wgmma|nvjet|bf16|f16|s1688|s16816|h1688|h16816|i8816", re.IGNORECASE)
 _FLOAT_TYPES = {"float", "float32"}
 
-# Dense peak FLOP/s (fp32 on CUDA cores, TF32 on tensor cores) from NVIDIA datasheets.
-PEAKS = {
-    "H100": (67e12, 495e12),  # H100 SXM5 datasheet: 67 TFLOPS FP32, 989 TF32 sparse = 495 dense
-    "H200": (67e12, 495e12),
-    "H800": (67e12, 495e12),
-    "A100": (19.5e12, 156e12),  # A100 datasheet: 19.5 FP32, 156 TF32
-    "A10": (31.2e12, 62.5e12),
-    "L40S": (91.6e12, 183e12),
-    "L4": (30.3e12, 60e12),
-}
-DEFAULT_BY_MAJOR = {8: (19.5e12, 156e12), 9: (67e12, 495e12)}
-
 
 @dataclass(frozen=True)
 class Options:
@@ -40,15 +28,16 @@ class Options:
 
 
 def _peaks(trace: Trace) -> tuple[float, float] | None:
-    props = trace.device_properties() or {}
-    major = int(props.get("computeMajor", 0) or 0)
-    if major < 8:
+    """Dense fp32 (CUDA cores) and TF32 (tensor cores) FLOP/s of the trace's GPU, from the shared
+    peak table (``traceadvisor/roofline/gpus.py``; a measured device profile or configuration
+    replaces them). ``None`` on GPUs without TF32 tensor cores (before sm80)."""
+    peaks = trace.roofline.peaks
+    if peaks is None:
         return None
-    name = str(props.get("name", ""))
-    for key in sorted(PEAKS, key=len, reverse=True):
-        if key in name:
-            return PEAKS[key]
-    return DEFAULT_BY_MAJOR.get(major, (20e12, 80e12))
+    fp32, tf32 = peaks.flops.get("fp32"), peaks.flops.get("tf32")
+    if not fp32 or not tf32:
+        return None
+    return fp32, tf32
 
 
 def matmul_flops(name: str, dims: list | None) -> float | None:
@@ -121,7 +110,7 @@ class Fp32Matmul(Rule):
     code = "PR101"
     name = "fp32-matmul"
     severity = Severity.medium
-    requires = frozenset({Capability.gpu, Capability.shapes})
+    requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
     Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:

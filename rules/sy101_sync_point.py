@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
 from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
+from traceadvisor.trace.idle import PROFILER_EVENT_COST_NS, recoverable_ns
 
 # Blocking calls: traceadvisor.rules_api.BLOCKING_CALLS (shared with the idle attribution).
 # Ops that force a sync because the host needs a value (or a shape) computed on the GPU.
@@ -30,13 +32,13 @@ CAUSING_OPS = (
     "aten::_to_copy",
     "aten::cpu",
 )
-MAX_DEPTH = 8
 
 
 @dataclass(frozen=True)
 class Options:
     min_idle_pct: float = 0.5  # report only when sync-caused GPU idle is at least this share of the steps
     min_per_step: float = 1.0  # ... or when there are at least this many syncs per step
+    profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
 
 
 class SyncPoint(Rule):
@@ -52,10 +54,14 @@ class SyncPoint(Rule):
     Blocking runtime calls (`cudaDeviceSynchronize`, `cudaStreamSynchronize`,
     `cudaEventSynchronize`, synchronous `cudaMemcpy`) inside the steps, nested under the op that
     caused them (`aten::item`/`aten::_local_scalar_dense`, `aten::nonzero`, `aten::index` with a
-    boolean mask, `aten::to`/`aten::copy_` to the CPU...). The impact is the GPU idle time
-    attributed to these syncs (the drain after each one). The single `cudaDeviceSynchronize` the
-    profiler adds after the last step, and non-blocking `cudaEventQuery`, are not counted. With
-    `with_stack` the finding points at the Python line that triggered the sync.
+    boolean mask, `aten::to`/`aten::copy_` to the CPU...). The rule claims the idle gaps the
+    attribution gives to these calls: the drain after each one (a call in flight when the GPU
+    went idle, or returning inside the gap) and the rest of the op that synchronized (e.g.
+    `aten::nonzero` sizing its output, a masked `aten::index` launching its gather). The impact
+    is that idle less the profiler's own host cost of the events recorded in it
+    (`profiler_event_us` each). The single `cudaDeviceSynchronize` the profiler adds after the
+    last step, and non-blocking `cudaEventQuery`, are not counted. With `with_stack` the finding
+    points at the Python line that triggered the sync.
 
     ## How to fix
     Keep values on the device (accumulate losses and metrics in tensors), call `.item()` or log
@@ -67,6 +73,8 @@ class SyncPoint(Rule):
     ## Options
     - `min_idle_pct`: report when the GPU idle caused by syncs is at least this share of the steps.
     - `min_per_step`: report also when there are at least this many syncs per step.
+    - `profiler_event_us`: the profiler's host cost per recorded op, annotation or Python frame
+      (default 3 µs, measured on the fixtures' before/after pairs with record_shapes and with_stack).
 
     ## References
     - https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html
@@ -83,37 +91,21 @@ class SyncPoint(Rule):
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
         rt = trace.runtime
-        names = rt["name"].astype(str)
-        calls = rt[names.isin(BLOCKING_CALLS).to_numpy()]
+        calls = rt[rt["name"].isin(BLOCKING_CALLS).to_numpy()]
         if not len(calls):
             return
         steps = trace.steps.table
-        excluded = _profiler_final_sync(trace, calls)
-        mine = calls.drop(index=excluded)
+        mine = calls.drop(index=_profiler_final_sync(trace, calls))
         if len(steps):
-            in_step = trace.step_of(mine["ts_ns"].to_numpy()) >= 0
-            mine = mine[in_step]
+            mine = mine[trace.step_of(mine["ts_ns"].to_numpy()) >= 0]
         if not len(mine):
             return
-        # GPU idle caused by syncs: the gaps idle.py attributed to a blocking call, minus those
-        # caused by an excluded call (the profiler's final synchronize).
+        # The idle this rule claims: gaps the attribution gave to one of these calls (the drain after
+        # it, or the host still inside the op that synchronized), not to the profiler's final sync.
         gaps = trace.idle_attribution
-        gaps = gaps[gaps["cause"] == "sync"]
-        idle = 0
-        if len(gaps):
-            be = calls["end_ns"].to_numpy()
-            bs = calls["ts_ns"].to_numpy()
-            rows = calls.index.to_numpy()
-            order = np.argsort(be)
-            k = np.searchsorted(be[order], gaps["start_ns"].to_numpy(), side="left")
-            keep = np.ones(len(gaps), dtype=bool)
-            mine_rows = set(mine.index.tolist())
-            for i, kk in enumerate(k.tolist()):
-                if kk < len(order):
-                    j = order[kk]
-                    if bs[j] < int(gaps["end_ns"].iloc[i]) and rows[j] not in mine_rows:
-                        keep[i] = False
-            idle = int(gaps["dur_ns"].to_numpy()[keep].sum())
+        gaps = gaps[(gaps["cause"] == "sync") & np.isin(gaps["blocking_row"].to_numpy(), mine.index.to_numpy())]
+        idle_raw = int(gaps["dur_ns"].sum())
+        idle = recoverable_ns(gaps, opts.profiler_event_us * 1000)
         blocked = int(mine["dur_ns"].sum())
         n_steps = max(len(steps), 1)
         per_step = len(mine) / n_steps
@@ -121,8 +113,7 @@ class SyncPoint(Rule):
         share = 100.0 * idle / window if window > 0 else 0.0
         if share < opts.min_idle_pct and per_step < opts.min_per_step:
             return
-        causes = [self._cause(trace, int(op)) for op in mine["op"].to_numpy()]
-        mine = mine.assign(cause=causes)
+        mine = mine.assign(cause=_causes(trace, mine))
         by_cause = mine.groupby("cause")["dur_ns"].agg(["size", "sum"]).sort_values("size", ascending=False)
         top_cause = str(by_cause.index[0])
         parts = ", ".join(f"{c} ×{int(r['size'])}" for c, r in by_cause.head(4).iterrows())
@@ -141,8 +132,10 @@ class SyncPoint(Rule):
             message=(
                 f"{len(mine)} host-device synchronizations in the steps ({per_step:.1f} per step), "
                 f"most caused by {top_cause}{where}; by cause: {parts}. The host blocked "
-                f"{blocked / 1e3:.1f} µs and the GPU then idled {idle / 1e3:.1f} µs ({share:.1f}% of the steps) "
-                "waiting for new work."
+                f"{blocked / 1e3:.1f} µs and the GPU idled {idle_raw / 1e3:.1f} µs "
+                f"({100.0 * idle_raw / window:.1f}% of the steps) draining and refilling its queue around them; about "
+                f"{idle / 1e3:.1f} µs of that "
+                "would remain without the profiler."
             ),
             recommendation=(
                 f"Remove the sync in {top_cause}: keep values on the device, call .item()/log only every N steps, "
@@ -150,37 +143,58 @@ class SyncPoint(Rule):
                 "(boolean-mask indexing, nonzero); find every sync with torch.cuda.set_sync_debug_mode('warn')."
             ),
             impact_ns=idle,
-            basis="GPU idle after blocking synchronize calls in the steps (drain and refill of the launch queue)",
+            basis=(
+                "GPU idle around blocking synchronize calls in the steps (the drain after each call, and the host "
+                "still inside the op that synchronized), less the profiler's own "
+                f"{opts.profiler_event_us:g} µs per event recorded in those gaps"
+            ),
             evidence=evidence,
             location=location,
             data={
                 "syncs": len(mine),
                 "per_step": per_step,
                 "blocked_us": blocked / 1e3,
-                "idle_us": idle / 1e3,
+                "idle_us": idle_raw / 1e3,
+                "recoverable_us": idle / 1e3,
                 "top_cause": top_cause,
             },
         )
 
-    @staticmethod
-    def _cause(trace: Trace, op: int) -> str:
-        """The outermost sync-causing op above a runtime call (e.g. ``aten::item``), else its op."""
-        if op < 0:
-            return "host code (outside any op)"
-        nest = trace.nesting
-        found = str(trace.host.at[op, "name"])
-        cur = op
-        for _ in range(MAX_DEPTH):
-            if cur < 0:
-                break
-            name = str(trace.host.at[cur, "name"])
-            if name in CAUSING_OPS:
-                found = name
-            cur = int(nest.at[cur, "parent"])
-        return found
+
+def _causes(trace: Trace, calls: pd.DataFrame) -> list[str]:
+    """For each runtime call: the outermost sync-causing op around it on its thread (e.g. ``aten::item``),
+    else the op that issued it."""
+    host = trace.host
+    names = host["name"]
+    cats = np.asarray(names.cat.categories.astype(str), dtype=object)
+    codes = names.cat.codes.to_numpy()
+    causing = np.flatnonzero(np.isin(cats, CAUSING_OPS)[codes] & ~host["is_annotation"].to_numpy())
+    h_pid, h_tid = host["pid"].to_numpy()[causing], host["tid"].to_numpy()[causing]
+    h_ts, h_end = host["ts_ns"].to_numpy()[causing], host["end_ns"].to_numpy()[causing]
+    h_rows = host.index.to_numpy()[causing]
+    ts = calls["ts_ns"].to_numpy()
+    row = calls["op"].to_numpy().copy()
+    pid, tid = calls["pid"].to_numpy(), calls["tid"].to_numpy()
+    threads = pd.DataFrame({"pid": pid, "tid": tid}).drop_duplicates()
+    for p, t in zip(threads["pid"].tolist(), threads["tid"].tolist(), strict=True):
+        sel = np.flatnonzero((pid == p) & (tid == t))
+        mine = np.flatnonzero((h_pid == p) & (h_tid == t))
+        order = mine[np.lexsort((h_ts[mine] - h_end[mine], h_ts[mine]))]
+        start, end = h_ts[order], h_end[order]
+        if not len(order):
+            continue
+        outer = np.ones(len(order), dtype=bool)  # not inside an earlier causing op
+        outer[1:] = start[1:] >= np.maximum.accumulate(end)[:-1]
+        start, end, rows = start[outer], end[outer], h_rows[order][outer]
+        j = np.searchsorted(start, ts[sel], side="right") - 1
+        ok = j >= 0
+        ok[ok] = end[j[ok]] > ts[sel][ok]
+        row[sel[ok]] = rows[j[ok]]
+    out = np.where(row >= 0, cats[codes[np.maximum(row, 0)]], "host code (outside any op)")
+    return [str(x) for x in out]
 
 
-def _profiler_final_sync(trace: Trace, calls) -> list[int]:
+def _profiler_final_sync(trace: Trace, calls: pd.DataFrame) -> list[int]:
     """Row of the device synchronize the profiler issues after the last step (if any)."""
     dev = calls[calls["name"].astype(str).isin(["cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize"])]
     if not len(dev):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,3 +16,19 @@ def external_traces() -> Path:
     if not EXTERNAL_TRACES.is_dir():
         pytest.skip(f"{EXTERNAL_TRACES} not available")
     return EXTERNAL_TRACES
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Device profiles saved by ``traceadvisor calibrate`` on this machine must not change the
+    peaks the tests see: every test runs with an empty ``TRACEADVISOR_HOME``."""
+    import os
+
+    home = tmp_path_factory.mktemp("traceadvisor-home")
+    old = os.environ.get("TRACEADVISOR_HOME")
+    os.environ["TRACEADVISOR_HOME"] = str(home)
+    yield
+    if old is None:
+        os.environ.pop("TRACEADVISOR_HOME", None)
+    else:
+        os.environ["TRACEADVISOR_HOME"] = old

@@ -1,4 +1,4 @@
-"""The trace model on real traces: links, nesting, steps, busy intervals, graph."""
+"""The trace model on real traces: links, nesting, steps, busy intervals, graph, idle attribution."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import pandas as pd
 import pytest
 
 from traceadvisor import load_file
-from traceadvisor.trace import intervals
+from traceadvisor.report.summary import summarize
+from traceadvisor.trace import idle, intervals
+from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 
 EXTERNAL = Path(__file__).resolve().parents[1].parent / "shared" / "external-traces"
@@ -145,3 +148,156 @@ def test_graph_launch_of_cuda_graph_has_many_kernels() -> None:
     assert max(fan) >= 1
     launches = g.edges_of_kind("launch")
     assert len(launches) == int((t.gpu["launch"] >= 0).sum())
+
+
+# -- idle attribution (traceadvisor/trace/idle.py) ------------------------------------------------
+FIXTURE_TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+ATTRIBUTED = [
+    "planted_sync_in_loop",
+    "planted_per_param_optimizer",
+    "planted_dataloader_bound",
+    "planted_launch_storm",
+    "pair_pinned_before",
+    "clean_cuda_graph",
+    "train_step",
+]
+
+
+def _innermost(spans: pd.DataFrame, t: int) -> int:
+    """Row of the innermost span holding ``t`` (latest start, then shortest), -1 if none."""
+    c = spans[(spans["ts_ns"] <= t) & (spans["end_ns"] > t)]
+    if not len(c):
+        return -1
+    return int(c.assign(neg=-c["dur_ns"]).sort_values(["ts_ns", "neg"], kind="stable").index[-1])
+
+
+def _roots(ops: pd.DataFrame) -> pd.DataFrame:
+    """Ops not inside an earlier op of the same thread, found one op at a time."""
+    ops = ops.assign(neg=-ops["dur_ns"]).sort_values(["ts_ns", "neg"], kind="stable")
+    keep, reach = [], -(2**62)
+    for row, ts, end in zip(ops.index, ops["ts_ns"], ops["end_ns"], strict=True):
+        if ts >= reach:
+            keep.append(row)
+        reach = max(reach, end)
+    return ops.loc[keep]
+
+
+def _reference_cause(t: Trace, gs: int, ge: int) -> tuple[str, str, int, int, int]:
+    """One gap's (cause, detail, host_row, blocking_row, host_events) by idle.py's rules, the slow way."""
+    if ge - gs <= idle.LAUNCH_LATENCY_NS:
+        return ("launch_latency", "", -1, -1, 0)
+    g = t.gpu[(t.gpu["device"] == t.device_ids[0]) & (t.gpu["ts_ns"] >= ge)].sort_values("ts_ns", kind="stable")
+    launch = int(g["launch"].iloc[0]) if len(g) else -1
+    if launch < 0:
+        return ("unknown", "next work has no launch record", -1, -1, 0)
+    call = t.runtime.loc[launch]
+    graph = str(call["name"]) in idle.GRAPH_LAUNCHES
+    if not (call["ts_ns"] > gs or (call["end_ns"] > gs and not graph)):
+        return ("unknown", "next work already queued (GPU-side wait)", -1, -1, 0)
+    host = t.host[(t.host["pid"] == call["pid"]) & (t.host["tid"] == call["tid"])]
+    frames = t.frames[(t.frames["pid"] == call["pid"]) & (t.frames["tid"] == call["tid"])]
+    events = int(((host["ts_ns"] >= gs) & (host["ts_ns"] < ge)).sum())
+    events += int(((frames["ts_ns"] >= gs) & (frames["ts_ns"] < ge)).sum())
+    a, b = gs, max(int(call["ts_ns"]), gs)
+    mid = a + (b - a) // 2
+    names = host["name"].astype(str)
+    ann = host[host["is_annotation"]]
+    ops = host[~host["is_annotation"]]
+
+    def name(row: int) -> str:
+        return str(t.host.at[row, "name"])
+
+    row = _innermost(ann[names[ann.index].str.contains(idle.DATA_LOADER_MARK)], mid)
+    if row >= 0:
+        return ("data_loading", name(row), row, -1, events)
+    rt = t.runtime
+    calls = rt[(rt["pid"] == call["pid"]) & (rt["tid"] == call["tid"]) & rt["name"].astype(str).isin(BLOCKING_CALLS)]
+    hit = calls[(calls["end_ns"] > a) & (calls["ts_ns"] < max(b, a + 1))]
+    if len(hit):
+        first = hit.sort_values("end_ns").index[0]
+        return ("sync", str(rt.at[first, "name"]), -1, int(first), events)
+    roots = _roots(ops)
+    root = _innermost(roots, a)
+    if root >= 0:
+        inside = calls[(calls["ts_ns"] >= roots.at[root, "ts_ns"]) & (calls["ts_ns"] < a)]
+        if len(inside):
+            return ("sync", name(root), root, int(inside.sort_values("ts_ns").index[-1]), events)
+    row = _innermost(ann[names[ann.index].str.startswith(idle.OPTIMIZER_MARK)], mid)
+    if row >= 0:
+        span = t.host.loc[row]
+        multi = ops[names[ops.index].str.contains("_foreach_|_fused_")]
+        if not ((multi["ts_ns"] >= span["ts_ns"]) & (multi["ts_ns"] < span["end_ns"])).any():
+            return ("optimizer", name(row), row, -1, events)
+    if b - a > idle.HOST_STALL_NS:
+        root = _innermost(roots, mid)
+        if root >= 0:
+            cover = min(int(roots.at[root, "end_ns"]), b) - max(int(roots.at[root, "ts_ns"]), a)
+            if 2 * cover >= b - a:
+                return ("cpu_op", name(root), root, -1, events)
+        region = _innermost(ann[~names[ann.index].str.startswith("ProfilerStep#")], mid)
+        if region >= 0:
+            return ("cpu_op", name(region), region, -1, events)
+        return ("cpu_op", "several short CPU ops" if root >= 0 else idle.OUTSIDE_OPS, -1, -1, events)
+    op = int(call["op"])
+    return ("launch_bound", name(op) if op >= 0 else idle.OUTSIDE_OPS, op, -1, events)
+
+
+@pytest.mark.parametrize("name", ATTRIBUTED)
+def test_idle_attribution_matches_a_gap_by_gap_reference(name: str) -> None:
+    """The vectorised attribution gives every gap the cause the documented rules give it one at a time."""
+    t = load_file(FIXTURE_TRACES / f"{name}.json.gz")
+    got = t.idle_attribution
+    rng = np.random.default_rng(3)
+    picks: list[int] = []
+    for _, grp in got.groupby("cause"):  # up to 25 gaps of every cause, the longest and a random few
+        picks += grp.nlargest(10, "dur_ns").index.tolist()
+        picks += rng.choice(grp.index.to_numpy(), size=min(15, len(grp)), replace=False).tolist()
+    for i in sorted(set(picks)):
+        r = got.loc[i]
+        want = _reference_cause(t, int(r["start_ns"]), int(r["end_ns"]))
+        assert (r["cause"], r["detail"], r["host_row"], r["blocking_row"], r["host_events"]) == want, (name, i)
+
+
+@pytest.mark.parametrize("name", ATTRIBUTED)
+def test_idle_breakdown_counts_every_idle_ns_once(name: str) -> None:
+    t = load_file(FIXTURE_TRACES / f"{name}.json.gz")
+    summary = summarize(t)
+    gaps = t.idle_attribution
+    assert set(gaps["cause"]) <= set(idle.CAUSES)
+    assert (gaps["end_ns"].to_numpy()[:-1] <= gaps["start_ns"].to_numpy()[1:]).all()  # disjoint, in order
+    rows = summary["idle_breakdown"]
+    assert sum(round(b["idle_us"] * 1000) for b in rows) == round(summary["gpu_idle_us"] * 1000)
+    assert sum(b["gaps"] for b in rows) == len(gaps)
+    assert [b["idle_us"] for b in rows] == sorted((b["idle_us"] for b in rows), reverse=True)
+    for b in rows:
+        assert b["claimed_by"] == idle.CLAIMED_BY[b["cause"]]
+        mine = gaps[(gaps["cause"] == b["cause"]) & (gaps["detail"] == b["top_detail"])]
+        assert round(b["top_detail_us"] * 1000) == int(mine["dur_ns"].sum())
+
+
+@pytest.mark.parametrize("name", sorted(p.name.removesuffix(".json.gz") for p in FIXTURE_TRACES.glob("clean_*")))
+def test_clean_traces_idle_only_between_queued_work(name: str) -> None:
+    """A well-fed GPU always has its next work queued: no idle is the host's (sync, loader, CPU, launches)."""
+    causes = set(load_file(FIXTURE_TRACES / f"{name}.json.gz").idle_attribution["cause"])
+    assert causes <= {"launch_latency", "unknown"}, causes
+
+
+@pytest.mark.parametrize(
+    ("name", "cause", "share"),
+    [
+        ("planted_launch_storm", "launch_bound", 0.8),
+        ("planted_per_param_optimizer", "optimizer", 0.5),
+        ("planted_dataloader_bound", "data_loading", 0.9),
+        ("planted_sync_in_loop", "sync", 0.3),
+    ],
+)
+def test_planted_problem_gets_its_idle(name: str, cause: str, share: float) -> None:
+    gaps = load_file(FIXTURE_TRACES / f"{name}.json.gz").idle_attribution
+    by_cause = gaps.groupby("cause")["dur_ns"].sum()
+    assert by_cause[cause] >= share * by_cause.sum(), by_cause.to_dict()
+
+
+def test_recoverable_idle_subtracts_the_profilers_events() -> None:
+    gaps = pd.DataFrame({"dur_ns": [10_000, 2_000, 50_000], "host_events": [2, 1, 0]})
+    assert idle.recoverable_ns(gaps, 3_000) == 4_000 + 0 + 50_000
+    assert idle.recoverable_ns(gaps.iloc[:0]) == 0.0

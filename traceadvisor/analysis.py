@@ -55,6 +55,7 @@ def analyze_traces(traces: list[Trace], config: Config | None = None, rules: lis
         rules = _configured_rules(config)
     report = Report()
     for t in traces:
+        t.gpu_config = config.gpu  # the roofline's peaks: [tool.traceadvisor.gpu]
         report.traces.append(summarize(t))
     result = run(rules, traces)
     report.findings = [f.to_dict() for f in result.findings]

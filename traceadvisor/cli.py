@@ -13,7 +13,10 @@ from typing import Annotated
 
 import typer
 
+from traceadvisor.calibrate import calibrate as calibrate_command
+from traceadvisor.capture import command as capture_command
 from traceadvisor.errors import TraceError, UsageError
+from traceadvisor.workloads.command import workloads as workloads_command
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -165,6 +168,11 @@ def explain(rule: Annotated[str, typer.Argument(help="Rule code or name.")]) -> 
     if not match:
         raise _fail(f"no rule {rule!r}; see 'traceadvisor rules'")
     sys.stdout.write(render_rules.explain(match[0]))
+
+
+app.command("capture", **capture_command.COMMAND_SETTINGS)(capture_command.capture)
+app.command("workloads")(workloads_command)
+app.command("calibrate")(calibrate_command)
 
 
 def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:

@@ -2,8 +2,10 @@
 
 Keys: ``select`` and ``ignore`` (lists of codes, code prefixes or names), ``severity`` (a table of
 code-or-name → low/medium/high), ``thresholds`` (``high_pct``, ``medium_pct``), ``rules-dir`` (list
-of folders), and one table per rule (by name or code) with its options, e.g.
-``[tool.traceadvisor.rules.idle-gap] min_gap_us = 50``.
+of folders), one table per rule (by name or code) with its options, e.g.
+``[tool.traceadvisor.rules.idle-gap] min_gap_us = 50``, and ``[tool.traceadvisor.gpu]``: the GPU
+peaks of the roofline (a GPU of the table, a measured device profile, or figures; see
+``traceadvisor/roofline/peaks.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from traceadvisor.engine.finding import Severity, Thresholds
 from traceadvisor.errors import UsageError
+from traceadvisor.roofline.peaks import GpuConfig, parse_gpu_table
 
 
 @dataclass
@@ -27,6 +30,7 @@ class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
     rules_dirs: list[Path] = field(default_factory=list)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gpu: GpuConfig | None = None
     source: str | None = None
 
 
@@ -90,6 +94,13 @@ def parse_table(table: dict[str, Any], path: Path) -> Config:
             if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
                 raise UsageError(f"{path}: [rules.NAME] tables hold rule options")
             cfg.rule_options = {k: dict(v) for k, v in value.items()}
+        elif key == "gpu":
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: [gpu] must be a table (name, device-profile, memory-bandwidth-gbs, tflops)")
+            try:
+                cfg.gpu = parse_gpu_table(value, path.parent, str(path))
+            except ValueError as exc:
+                raise UsageError(f"{path}: {exc}") from None
         else:
             raise UsageError(f"{path}: unknown key {key!r} in traceadvisor configuration")
     return cfg

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
+from traceadvisor.roofline.peaks import NO_PEAKS_HELP
 from traceadvisor.trace.model import Trace
 
 DOC_SECTIONS = ("Why it matters", "How it shows up in a trace", "How to fix", "Options", "References")
@@ -31,6 +32,7 @@ class Capability(StrEnum):
     stack = "with_stack"
     memory = "profile_memory"
     multi_rank = "multi_rank"
+    peaks = "gpu_peaks"
 
     @property
     def how_to_capture(self) -> str:
@@ -41,6 +43,7 @@ class Capability(StrEnum):
             "with_stack": "profile with with_stack=True",
             "profile_memory": "profile with profile_memory=True",
             "multi_rank": "pass the traces of several ranks (a directory or several files)",
+            "gpu_peaks": "the GPU is not in the peak table (see the report's roofline section): " + NO_PEAKS_HELP,
         }[self.value]
 
 
@@ -59,6 +62,8 @@ def trace_capabilities(trace: Trace, rank_count: int = 1) -> set[Capability]:
         caps.add(Capability.memory)
     if rank_count > 1:
         caps.add(Capability.multi_rank)
+    if Capability.gpu in caps and trace.roofline.peaks is not None:
+        caps.add(Capability.peaks)
     return caps
 
 

@@ -40,6 +40,10 @@ def render(report: Report) -> str:
                 for k in t["top_kernels"]
             ]
             out.append("")
+        if t.get("annotations"):
+            out += _annotations(t["annotations"])
+        if t.get("roofline"):
+            out += _roofline(t["roofline"])
     out += ["## Findings", ""]
     if not report.findings:
         out += ["No findings.", ""]
@@ -61,3 +65,49 @@ def render(report: Report) -> str:
     if report.errors:
         out += ["## Rule errors", ""] + [f"- {e['rule']}: {_cell(e['error'])}" for e in report.errors] + [""]
     return "\n".join(out)
+
+
+def _annotations(a: dict[str, Any]) -> list[str]:
+    """Time per top-level user annotation as a table, then the bottleneck."""
+    kind = "GPU" if a["basis"] == "gpu" else "CPU"
+    out = [f"| annotation | {kind} time | share | calls |", "|---|---:|---:|---:|"]
+    out += [f"| {_cell(r['name'])} | {_ms(r['time_us'])} | {r['share_pct']:.1f}% | {r['calls']} |" for r in a["rows"]]
+    out += [f"| (outside annotations) | {_ms(a['unannotated_us'])} | {a['unannotated_pct']:.1f}% | |", ""]
+    if a["basis"] != "gpu":
+        out += ["CPU time: the trace has no GPU activity.", ""]
+    if a.get("bottleneck"):
+        out += [f"**{_cell(a['bottleneck']['message'])}**", ""]
+    return out
+
+
+def _roofline(r: dict[str, Any]) -> list[str]:
+    """Peaks used with their sources, time by bound, and the top kernels on the roofline."""
+    p = r.get("peaks")
+    if p is None:
+        return [f"- roofline: {_cell(r['reason'])}", ""]
+    flops = ", ".join(f"{d} {v:g}" for d, v in p["tflops"].items() if v)
+    gpu = _cell(p["model"] or p["device"])
+    out = [f"**Roofline** ({gpu}): {p['memory_bandwidth_gbs']:g} GB/s; TFLOP/s {flops}", ""]
+    by_source: dict[str, list[str]] = {}
+    for figure, source in p["sources"].items():
+        by_source.setdefault(source, []).append(figure)
+    out += [f"- {', '.join(figures)}: {_cell(source)}" for source, figures in by_source.items()]
+    bounds = ", ".join(f"{b['bound']} {b['share_pct']:.1f}%" for b in r["by_bound"])
+    out += [f"- {r['modelled_pct']:.1f}% of kernel time modelled: {bounds or 'no modelled kernels'}", ""]
+    if r["top_kernels"]:
+        out += [
+            "| kernel | op | dtype | time | FLOP/B | TFLOP/s | GB/s | roof | bound |",
+            "|---|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+        out += [
+            f"| `{_cell(k['name'][:80])}` | {_cell(k['op'])} | {k['dtype']} | {_ms(k['time_us'])} "
+            f"| {_num(k['intensity'], '.1f')} | {_num(k['achieved_tflops'], '.1f')} | {_num(k['achieved_gbs'], '.0f')} "
+            f"| {_num(k['roof_pct'], '.0f', '%')} | {k['bound']} |"
+            for k in r["top_kernels"]
+        ]
+        out.append("")
+    return out
+
+
+def _num(v: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if v is None else f"{v:{spec}}{suffix}"

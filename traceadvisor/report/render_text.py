@@ -59,7 +59,29 @@ def _trace(console: Console, t: dict[str, Any]) -> None:
         for k in t["top_kernels"]:
             tab.add_row(k["name"], str(k["count"]), _ms(k["total_us"]), f"{k['share_pct']:.1f}%")
         console.print(tab)
+    if t.get("annotations"):
+        _annotations(console, t["annotations"])
+    if t.get("roofline"):
+        _roofline(console, t["roofline"])
     console.print()
+
+
+def _annotations(console: Console, a: dict[str, Any]) -> None:
+    """Time per top-level user annotation, the rest of the steps' time, and the bottleneck."""
+    kind = "GPU" if a["basis"] == "gpu" else "CPU"
+    tab = Table(box=None, pad_edge=False, show_edge=False)
+    tab.add_column("annotation", overflow="ellipsis", no_wrap=True, max_width=80)
+    tab.add_column(f"{kind} time", justify="right")
+    tab.add_column("share", justify="right")
+    tab.add_column("calls", justify="right")
+    for r in a["rows"]:
+        tab.add_row(r["name"], _ms(r["time_us"]), f"{r['share_pct']:.1f}%", str(r["calls"]))
+    tab.add_row("(outside annotations)", _ms(a["unannotated_us"]), f"{a['unannotated_pct']:.1f}%", "")
+    console.print(tab)
+    if a["basis"] != "gpu":
+        console.print("  (CPU time: the trace has no GPU activity)")
+    if a.get("bottleneck"):
+        console.print(f"  {a['bottleneck']['message']}")
 
 
 def _findings(console: Console, report: Report) -> None:
@@ -84,3 +106,49 @@ def _findings(console: Console, report: Report) -> None:
         console.print(f"skipped {s['rule']}: {s['reason']}")
     for e in report.errors:
         console.print(f"[red]rule error[/red] {e['rule']}: {e['error']}", markup=True)
+
+
+_ROOFLINE_DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
+
+
+def _roofline(console: Console, r: dict[str, Any]) -> None:
+    """Peaks used (and their sources), time by bound, and the top kernels on the roofline."""
+    p = r.get("peaks")
+    if p is None:
+        console.print(f"  roofline: {r['reason']}")
+        return
+    flops = ", ".join(f"{d} {p['tflops'][d]:g}" for d in _ROOFLINE_DTYPES if p["tflops"].get(d))
+    console.print(
+        f"  roofline peaks ({p['model'] or p['device']}): {p['memory_bandwidth_gbs']:g} GB/s; TFLOP/s {flops}"
+    )
+    by_source: dict[str, list[str]] = {}
+    for figure, source in p["sources"].items():
+        by_source.setdefault(source, []).append(figure)
+    for source, figures in by_source.items():
+        console.print(f"    {', '.join(figures)}: {source}")
+    bounds = ", ".join(f"{b['bound']} {b['share_pct']:.1f}%" for b in r["by_bound"])
+    console.print(f"  roofline covers {r['modelled_pct']:.1f}% of kernel time: {bounds or 'no modelled kernels'}")
+    if not r["top_kernels"]:
+        return
+    tab = Table(box=None, pad_edge=False, show_edge=False)
+    tab.add_column("roofline kernel", overflow="ellipsis", no_wrap=True, max_width=34)
+    tab.add_column("op", overflow="ellipsis", no_wrap=True, max_width=22)
+    for col in ("dtype", "time", "FLOP/B", "TFLOP/s", "GB/s", "roof", "bound"):
+        tab.add_column(col, justify="left" if col in ("dtype", "bound") else "right", no_wrap=True)
+    for k in r["top_kernels"]:
+        tab.add_row(
+            k["name"],
+            k["op"],
+            k["dtype"],
+            _ms(k["time_us"]),
+            _fmt(k["intensity"], ".1f"),
+            _fmt(k["achieved_tflops"], ".1f"),
+            _fmt(k["achieved_gbs"], ".0f"),
+            _fmt(k["roof_pct"], ".0f", "%"),
+            k["bound"],
+        )
+    console.print(tab)
+
+
+def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if v is None else f"{v:{spec}}{suffix}"

@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceadvisor.roofline.summary import summarize as roofline_summary
+from traceadvisor.trace import annotation_time
+from traceadvisor.trace.idle import breakdown as idle_breakdown
 from traceadvisor.trace.model import Trace
 
 TOP_KERNELS = 10
@@ -56,6 +59,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "steps": _steps(trace, main_dev),
         "top_kernels": _top_kernels(trace),
         "idle_breakdown": _idle_breakdown(trace),
+        "roofline": roofline_summary(trace),
+        "annotations": annotation_time.summary(trace),
         "capture": dict(trace.meta.flags),
         "warnings": list(trace.meta.warnings),
     }
@@ -121,15 +126,20 @@ def _top_kernels(trace: Trace) -> list[dict[str, Any]]:
 
 
 def _idle_breakdown(trace: Trace) -> list[dict[str, Any]]:
-    """Idle time per primary cause (each gap counted once)."""
+    """Idle time per primary cause (each gap counted once), the rule that claims it, and its top detail."""
     df = trace.idle_attribution
-    if not len(df):
-        return []
     total = int(df["dur_ns"].sum())
-    grp = df.groupby("cause")["dur_ns"].agg(["sum", "count"]).sort_values("sum", ascending=False)
     return [
-        {"cause": str(c), "idle_us": us(r["sum"]), "gaps": int(r["count"]), "share_pct": _pct(r["sum"], total)}
-        for c, r in grp.iterrows()
+        {
+            "cause": b.cause,
+            "idle_us": us(b.idle_ns),
+            "gaps": b.gaps,
+            "share_pct": _pct(b.idle_ns, total),
+            "claimed_by": b.claimed_by,
+            "top_detail": b.top_detail,
+            "top_detail_us": us(b.top_detail_ns),
+        }
+        for b in idle_breakdown(df)
     ]
 
 

@@ -31,6 +31,8 @@ from traceadvisor.trace.columns import KERNEL, MEMCPY, MEMSET
 from traceadvisor.trace.schema import Event
 
 if TYPE_CHECKING:
+    from traceadvisor.roofline.peaks import GpuConfig
+    from traceadvisor.roofline.view import Roofline
     from traceadvisor.trace.graph import CriticalPath, TraceGraph
 
 I64 = npt.NDArray[np.int64]
@@ -665,6 +667,16 @@ class Trace:
             r = rows[k]
             out[k] = {"file": loc.at[r, "file"], "line": int(loc.at[r, "line"]), "function": loc.at[r, "function"]}
         return out
+
+    # -- roofline ------------------------------------------------------------------------------
+    gpu_config: GpuConfig | None = None  # [tool.traceadvisor.gpu]; set before ``roofline`` is first read
+
+    @cached_property
+    def roofline(self) -> Roofline:
+        """Peaks and the per-kernel roofline (FLOPs, bytes, bound) of this trace (``traceadvisor/roofline``)."""
+        from traceadvisor.roofline.view import Roofline
+
+        return Roofline(self, self.gpu_config)
 
     # -- graph ---------------------------------------------------------------------------------
     @cached_property

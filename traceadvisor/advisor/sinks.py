@@ -1,0 +1,80 @@
+"""Where reports go besides the user's callback: Python logging and TensorBoard."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from traceadvisor.advisor.report import AdvisorReport
+from traceadvisor.engine.finding import Severity
+
+logger = logging.getLogger("traceadvisor")
+
+
+def format_report(report: AdvisorReport) -> str:
+    """A report as log lines: a summary line, then each finding with its fix and source line."""
+    where = f" ({report.trace_path})" if report.trace_path is not None else ""
+    lines = [f"traceadvisor: {report.summary()}{where}"]
+    for f in report.findings:
+        impact = ""
+        if f.impact is not None:
+            impact = f" ({f.impact.share_pct:.1f}% of the steps, {f.impact.time_us / 1000:.3f} ms)"
+        lines.append(f"  [{f.severity.value}] {f.rule} ({f.code}){impact}: {f.message}")
+        lines.append(f"      fix: {f.recommendation}")
+        if f.location is not None:
+            lines.append(f"      at: {f.location.file}:{f.location.line} ({f.location.function})")
+    for t in report.document.get("traces", []):
+        lines.extend(f"  warning: {w}" for w in t.get("warnings", []))
+    lines.extend(f"  rule error: {e.get('rule')}: {e.get('error')}" for e in report.document.get("errors", []))
+    return "\n".join(lines)
+
+
+def log_report(report: AdvisorReport) -> None:
+    """One record per report: WARNING when a medium or high finding is in it, else INFO.
+
+    The report object rides along as ``record.traceadvisor_report`` for handlers that want it.
+    """
+    worst = report.worst_severity
+    level = logging.WARNING if worst is not None and worst.rank >= Severity.medium.rank else logging.INFO
+    logger.log(level, "%s", format_report(report), extra={"traceadvisor_report": report})
+
+
+class TensorBoardSink:
+    """Writes each report's metrics as scalars and the report as Markdown text.
+
+    ``target`` is a ``SummaryWriter`` (used as is, not closed), a log directory, or ``True``
+    (``<out_dir>/tensorboard``). The writer is created at the first report: torch is imported
+    only then.
+    """
+
+    def __init__(self, target: Any, default_dir: Path) -> None:
+        self._target = target
+        self._default_dir = default_dir
+        self._writer: Any = None
+        self._owned = False
+
+    def _get(self) -> Any:
+        if self._writer is None:
+            if self._target is True or isinstance(self._target, (str, Path)):
+                from torch.utils.tensorboard import SummaryWriter
+
+                log_dir = self._default_dir if self._target is True else Path(self._target)
+                self._writer = SummaryWriter(log_dir=str(log_dir))
+                self._owned = True
+            else:
+                self._writer = self._target
+        return self._writer
+
+    def __call__(self, report: AdvisorReport) -> None:
+        writer = self._get()
+        step = report.step if report.step is not None else report.cycle
+        for key, value in report.metrics().items():
+            writer.add_scalar(key, value, step)
+        writer.add_text(f"traceadvisor/report/rank{report.rank}", report.render("markdown"), step)
+        writer.flush()
+
+    def close(self) -> None:
+        if self._owned and self._writer is not None:
+            self._writer.close()
+        self._writer = None

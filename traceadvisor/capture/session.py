@@ -1,0 +1,426 @@
+"""The capture session: one scheduled ``torch.profiler.profile`` around the program, traces on disk.
+
+Hook points for other capture features (for example recording Triton launches):
+
+- ``extra_contexts``: factories called with the session when a capture starts; each returns a
+  context manager entered before the profiler starts and exited after it stopped (after the last
+  trace was written). Inside ``__enter__`` a factory may read ``session.out_dir``, ``session.rank``
+  and ``session.recording`` (True while a cycle or the time window records), and append callbacks to
+  ``session.trace_listeners``.
+- ``session.trace_listeners``: callbacks ``(session, TraceFile) -> None`` run after each trace file is
+  written and before ``run.json`` lists it. A listener may rewrite the file (atomically, through
+  ``traceadvisor.atomic``) or write files beside it and name them in ``TraceFile.sidecars``; a
+  listener that raises becomes a warning in ``run.json``, never an error in the user's program.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traceadvisor.atomic import write_bytes
+from traceadvisor.capture import marker
+from traceadvisor.capture.hooks import TorchStepHooks
+from traceadvisor.capture.options import CaptureOptions
+from traceadvisor.capture.runinfo import RunRecord, devices, now_iso, trace_file_name, versions
+from traceadvisor.capture.steps import StepClock, StepSource
+from traceadvisor.capture.target import Outcome, Program
+from traceadvisor.capture.window import TimeWindow
+
+extra_contexts: list[Callable[[CaptureSession], AbstractContextManager[Any]]] = []
+
+# zlib's default level: within ~10% of the smallest size at a third of level 9's time. The write runs
+# inside the prof.step() that closes the window, so it stalls that one training step.
+_GZIP_LEVEL = 6
+
+
+@dataclass
+class TraceFile:
+    """One trace written by the session."""
+
+    path: Path
+    kind: str  # "cycle" or "window"
+    index: int | None
+    rank: int
+    steps: list[int]
+    partial: bool
+    bytes: int = 0
+    sidecars: list[str] = field(default_factory=list)
+
+    @property
+    def step_names(self) -> list[str]:
+        return [f"ProfilerStep#{n}" for n in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path.name,
+            "kind": self.kind,
+            "cycle": self.index,
+            "rank": self.rank,
+            "steps": self.step_names,
+            "partial": self.partial,
+            "bytes": self.bytes,
+            "sidecars": list(self.sidecars),
+        }
+
+
+class CaptureSession:
+    """Runs a prepared ``Program`` under the profiler and writes its traces into ``out_dir``."""
+
+    def __init__(self, options: CaptureOptions, out_dir: Path, record: RunRecord, quiet: bool = False) -> None:
+        self.options = options
+        self.out_dir = out_dir
+        self.record = record
+        self.rank = record.rank
+        self.quiet = quiet
+        self.clock = StepClock(self._advance, StepSource.call if options.step_on else StepSource.optimizer)
+        self.files: list[TraceFile] = []
+        self.trace_listeners: list[Callable[[CaptureSession, TraceFile], None]] = []
+        self._prof: Any = None
+        self._window_prof: Any = None
+        self._window: TimeWindow | None = None
+        self._activities: list[Any] = []
+        self._experimental: Any = None
+        self._cycle_steps: list[int] = []
+        self._cycles = 0
+        self._busy = False
+        self._stopping = False
+        self._failed: str | None = None
+        self._t0 = time.monotonic()
+        self._thread = threading.get_ident()  # the program's thread: only its markers count
+        self._recording_actions: tuple[Any, ...] = ()  # ProfilerAction.RECORD and RECORD_AND_SAVE
+
+    # -- public state ----------------------------------------------------------------------------
+    @property
+    def recording(self) -> bool:
+        """True while a profiler cycle or the time window records."""
+        if self._window_prof is not None:
+            return True
+        if self._prof is None:
+            return False
+        return self._prof.current_action in self._recording_actions
+
+    @property
+    def steps_seen(self) -> int:
+        return int(self._prof.step_num) if self._prof is not None else 0
+
+    def warn(self, message: str) -> None:
+        """A warning for stderr (printed at the end) and ``run.json``."""
+        self.record.warn(message)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self, program: Program) -> Outcome:
+        """Run ``program`` (already prepared) under the profiler; returns how it ended."""
+        import torch
+        from torch.profiler import ProfilerAction
+
+        self._recording_actions = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+        self.record.data["versions"] = versions()
+        self._activities, self._experimental = self._profiler_settings(torch)
+        self.record.data["activities"] = [str(a).rsplit(".", 1)[-1].lower() for a in self._activities]
+        self.record.data["flags"]["sync_events"] = self._experimental is not None
+        self.record.write()
+        self._prof = self._profiler(scheduled=True)
+        hooks = TorchStepHooks(self.clock)
+        if self.clock.source is StepSource.optimizer:
+            hooks.install_optimizer_hooks()
+        window = self._window = TimeWindow(
+            self.options.window_delay_s,
+            self.options.window_s,
+            wanted=self._window_wanted,
+            busy=lambda: self._busy,
+            start=self._window_start,
+            stop=self._window_stop,
+        )
+        marker.set_handler(self._marker)
+        try:
+            with ExitStack() as contexts:
+                for factory in list(extra_contexts):
+                    try:
+                        contexts.enter_context(factory(self))
+                    except Exception as exc:
+                        name = getattr(factory, "__qualname__", repr(factory))
+                        self.warn(f"capture extension {name} did not start: {_one_line(exc)}")
+                self._guarded(self._start)
+                window.arm()
+                try:
+                    outcome = program.run()
+                finally:
+                    self._finish(window)
+        finally:
+            marker.set_handler(None)
+            hooks.remove()
+        self._conclude(outcome, window)
+        return outcome
+
+    # -- profiler --------------------------------------------------------------------------------
+    def _profiler_settings(self, torch: Any) -> tuple[list[Any], Any]:
+        from torch.profiler import ProfilerActivity
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        experimental = None
+        if ProfilerActivity.CUDA in activities and self.options.sync_events:
+            try:
+                from torch._C._profiler import _ExperimentalConfig
+
+                experimental = _ExperimentalConfig(enable_cuda_sync_events=True)
+            except (ImportError, TypeError, AttributeError):  # torch < 2.1: no sync events
+                self.warn("this torch cannot record CUDA synchronization events; the sync-point rule sees less")
+        return activities, experimental
+
+    def _profiler(self, scheduled: bool) -> Any:
+        from torch.profiler import profile, schedule
+
+        o, s = self.options, self.options.schedule
+        kwargs: dict[str, Any] = {
+            "activities": self._activities,
+            "record_shapes": o.record_shapes,
+            "with_stack": o.with_stack,
+            "profile_memory": o.profile_memory,
+        }
+        if self._experimental is not None:
+            kwargs["experimental_config"] = self._experimental
+        if scheduled:
+            kwargs["schedule"] = schedule(
+                skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat
+            )
+            kwargs["on_trace_ready"] = self._on_trace_ready
+        return profile(**kwargs)
+
+    def _start(self) -> None:
+        self._prof.start()
+        self._note_step()
+
+    def _advance(self) -> None:
+        """``prof.step()``: the clock says a step ended. Never lets a profiler failure into the program."""
+        if self._prof is None or self._failed:
+            return
+        self._busy = True
+        try:
+            if self._window is not None:
+                self._window.finish_early()
+            self._prof.step()
+            self._note_step()
+        except Exception as exc:
+            self._fail(f"the profiler failed at step {self.steps_seen}: {_one_line(exc)}")
+        finally:
+            self._busy = False
+
+    def _note_step(self) -> None:
+        if self._prof.current_action in self._recording_actions:
+            self._cycle_steps.append(int(self._prof.step_num))
+
+    def _marker(self) -> None:
+        if threading.get_ident() == self._thread:
+            self.clock.marker()
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        steps, self._cycle_steps = self._cycle_steps, []
+        index, self._cycles = self._cycles, self._cycles + 1
+        self._export(prof, "cycle", index, steps, partial=self._stopping)
+
+    def _finish(self, window: TimeWindow) -> None:
+        """End of the program: take a pending step, save a running window, stop (saving a partial cycle)."""
+        window.disarm()
+        self.clock.iteration_starting()
+        window.close()
+        self._stopping = True
+        # __exit__, not stop(): it also ends kineto's step tracking and finalises an execution-trace
+        # observer (ENABLE_PYTORCH_EXECUTION_TRACE), which stop() leaves unterminated.
+        self._guarded(lambda: _exit(self._prof), even_after_failure=True)
+
+    def _guarded(self, action: Callable[[], None], even_after_failure: bool = False) -> None:
+        if self._failed and not even_after_failure:
+            return
+        self._busy = True
+        try:
+            action()
+        except Exception as exc:
+            self._fail(f"the profiler failed: {_one_line(exc)}")
+        finally:
+            self._busy = False
+
+    def _fail(self, message: str) -> None:
+        if self._failed is None:
+            self._failed = message
+            hint = ""
+            if "already" in message.lower() and "enabled" in message.lower():
+                hint = " (does the program run its own torch.profiler? capture cannot nest one inside it)"
+            self.warn(message + hint + "; capture stopped, the program went on")
+
+    # -- writing traces ----------------------------------------------------------------------------
+    def _export(self, prof: Any, kind: str, index: int | None, steps: list[int], partial: bool) -> None:
+        name = trace_file_name(self.rank, kind, index)
+        path = self.out_dir / name
+        tmp = self.out_dir / f".{name}.{os.getpid()}.json.tmp"
+        try:
+            prof.export_chrome_trace(str(tmp))
+            data = gzip.compress(tmp.read_bytes(), compresslevel=_GZIP_LEVEL, mtime=0)
+            write_bytes(path, data)
+        except Exception as exc:
+            self.warn(f"could not write {name}: {_one_line(exc)}")
+            return
+        finally:
+            tmp.unlink(missing_ok=True)
+        trace = TraceFile(path, kind, index, self.rank, steps, partial, len(data))
+        self.files.append(trace)
+        for listener in list(self.trace_listeners):
+            try:
+                listener(self, trace)
+            except Exception as exc:
+                self.warn(f"{name}: trace listener {getattr(listener, '__qualname__', listener)} failed: {exc}")
+        try:
+            self.record.add_file(trace.to_dict())
+        except OSError as exc:
+            self.warn(f"could not update {self.record.path.name}: {exc.strerror or exc}")
+        if not self.quiet:
+            what = f"steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else (f"step {steps[0]}" if steps else "no steps")
+            flag = ", partial" if partial else ""
+            sys.stderr.write(f"traceadvisor: wrote {path} ({what}{flag}, {_size(len(data))})\n")
+            sys.stderr.flush()
+
+    # -- the time window for programs without steps -------------------------------------------------
+    def _window_wanted(self) -> bool | None:
+        from torch.profiler import ProfilerAction
+
+        if self._failed or self.steps_seen > 0:
+            return False
+        if self._prof.current_action is not ProfilerAction.NONE:
+            return False  # the schedule itself records from the first instruction
+        if _optimizer_constructed():
+            return None  # a training loop is being set up (compiling?): its steps will come
+        return True
+
+    def _window_start(self) -> bool:
+        try:
+            prof = self._profiler(scheduled=False)
+            prof.start()
+        except Exception as exc:
+            self._fail(f"could not start the time window: {_one_line(exc)}")
+            return False
+        self._window_prof = prof
+        return True
+
+    def _window_stop(self, why: str) -> None:
+        """Stop the window: saved when its time is up or the program ended, dropped when a step came.
+
+        A step means the program has a loop after all, and the window then holds only its start-up,
+        which the schedule deliberately skips: it is not written (the cost of recording it is spent).
+        """
+        prof, self._window_prof = self._window_prof, None
+        if prof is None:
+            return
+        self._busy = True
+        try:
+            _exit(prof)
+            if why == "step":
+                at = time.monotonic() - self._t0
+                self.warn(
+                    f"a time window (no step for --window-delay {self.options.window_delay_s:g} s) was dropped "
+                    f"when the first step came, {at:.1f} s into the run; a longer --window-delay saves its cost"
+                )
+            else:
+                self._export(prof, "window", None, [], partial=why == "ended")
+        except Exception as exc:
+            self.warn(f"could not stop the time window: {_one_line(exc)}")
+        finally:
+            self._busy = False
+
+    # -- the end -----------------------------------------------------------------------------------
+    def _conclude(self, outcome: Outcome, window: TimeWindow) -> None:
+        s = self.options.schedule
+        steps = self.steps_seen
+        counts = self.clock.counts
+        cycles = [f for f in self.files if f.kind == "cycle"]
+        if steps == 0 and any(f.kind == "window" for f in self.files):
+            at = (window.started_at or self._t0) - self._t0
+            self.warn(
+                f"no step was seen: recorded one time window of up to {self.options.window_s:g} s, "
+                f"{at:.1f} s into the run; mark steps with --step-on NAME or traceadvisor.step() for per-step analysis"
+            )
+        elif steps == 0:
+            elapsed = time.monotonic() - self._t0
+            if window.unavailable:
+                why = f" ({window.unavailable})"
+            elif elapsed < self.options.window_delay_s:
+                delay = self.options.window_delay_s
+                why = f" (the program ended after {elapsed:.1f} s, before --window-delay {delay:g} s)"
+            elif self._failed is None and _optimizer_constructed():
+                why = " (an optimizer was built but never stepped)"
+            else:
+                why = ""
+            self.warn(
+                "no step was seen (no optimizer step, traceadvisor.step() call or --step-on call) and no time window "
+                f"was recorded{why}; mark steps with --step-on NAME or traceadvisor.step(), or lower --window-delay"
+            )
+        elif not cycles:
+            self.warn(
+                f"the program made {steps} steps and ended before the schedule recorded one (the first recorded "
+                f"step is #{s.first_active_step}); lower --skip-first/--wait/--warmup or run more iterations"
+            )
+        if counts["markers_ignored"]:
+            self.warn(f"traceadvisor.step() was called {counts['markers_ignored']} times and ignored: --step-on rules")
+        if s.warmup == 0:
+            self.warn("--warmup 0: the first recorded step includes the profiler's start-up")
+        self.record.data["steps"] = {
+            "source": self.clock.source.value,
+            "count": steps,
+            "optimizer_steps": counts["optimizer"],
+            "scaler_skipped_steps": counts["scaler_skipped"],
+            "markers": counts["marker"],
+            "step_on_calls": counts["call"],
+        }
+        try:
+            self.record.data["devices"] = devices()
+        except Exception as exc:
+            self.warn(f"could not list the GPUs: {_one_line(exc)}")
+        self.record.data["exit"] = outcome.to_dict()
+        self.record.data["finished_at"] = now_iso()
+        self.record.data["duration_s"] = round(time.monotonic() - self._t0, 3)
+
+    def analysis_files(self) -> list[TraceFile]:
+        """What to analyse: the last complete cycle, else the last partial one, else the time window."""
+        complete = [f for f in self.files if f.kind == "cycle" and not f.partial]
+        partial = [f for f in self.files if f.kind == "cycle" and f.partial]
+        windows = [f for f in self.files if f.kind == "window"]
+        return (complete or partial or windows)[-1:]
+
+
+def _exit(prof: Any) -> None:
+    prof.__exit__(None, None, None)
+
+
+def _optimizer_constructed() -> bool:
+    """Has any ``torch.optim.Optimizer`` been built? ``Optimizer.__init__`` marks its class's ``step``."""
+    import torch
+
+    seen: set[type] = set()
+    stack: list[type] = [torch.optim.Optimizer]
+    while stack:
+        sub: type
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                stack.append(sub)
+                if getattr(sub.__dict__.get("step"), "hooked", False):
+                    return True
+    return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"

@@ -1,0 +1,262 @@
+"""The per-kernel roofline of a trace: FLOPs, bytes, intensity, achieved rates, share of roof, bound.
+
+Every GPU kernel tied to a CPU op (``kernels.op``, see ``Trace.links``) whose FLOPs and bytes the
+op models (``models.py``) can estimate gets a row. Computed once per trace (``Trace.roofline``)
+and shared by the report and the rules.
+
+How the figures are computed:
+
+* An op's work is split across the kernels it launched **in proportion to their durations**:
+  kernels of one op share the op's tensors, and the trace says nothing about which kernel did
+  which part; splitting by time keeps every kernel's achieved rate equal to the op's, so an op
+  is judged as a whole (a 3-kernel cuDNN attention backward is as compute-bound as its main
+  kernel).
+* Roof time = max(FLOPs / peak FLOP/s, bytes / peak bandwidth): the least time the roofline
+  allows. Share of roof = roof time / measured time (1.0 = on the roof); it equals achieved /
+  attainable FLOP/s with attainable = min(peak, intensity × bandwidth), and stays defined for
+  kernels that do no arithmetic (copies).
+* Bound: ``compute`` when the compute term of the roof time is the larger, ``memory`` when the
+  bytes term is; ``latency`` when neither roof is reachable: the roof time is under
+  ``LATENCY_FLOOR_NS`` or the grid leaves most SMs idle (see below; not judged on ROCm, whose
+  traces mix grids in blocks and in work-items); ``unknown`` without peaks for the kernel's dtype.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from traceadvisor.roofline.models import FUSIBLE_CLASSES, MATRIX_CLASSES, Work, op_work
+from traceadvisor.roofline.peaks import GpuConfig, Peaks, resolve_peaks
+from traceadvisor.trace.columns import parse_raw
+
+if TYPE_CHECKING:
+    from traceadvisor.trace.model import Trace
+
+# A kernel whose roof time is below this cannot reach either roof: its fixed cost dominates.
+# That cost is a few µs on NVIDIA GPUs since Volta (launch processing and block dispatch, the
+# first DRAM round trip of ~0.5-1 µs, the tail of the last wave: an empty kernel measures 2-3 µs
+# in CUPTI), and by Little's law a GPU needs bandwidth × latency ≈ 2-3 MB in flight (H100:
+# 3.35 TB/s × ~0.7 µs) before it nears peak bandwidth: a few µs of traffic at the least.
+LATENCY_FLOOR_NS = 3_000.0
+# A grid with fewer blocks than half the SMs leaves most SMs without work, so neither the
+# compute nor the bandwidth peak (both need every SM issuing) is within a factor of two.
+MIN_SM_FILL = 0.5
+# Kernel names of TF32 tensor-core kernels (cuBLAS/cuDNN "tf32", CUTLASS sm80 "s1688"/"s16816"
+# TF32 tiles, hipBLASLt "xf32"): an fp32 product running them is judged against the TF32 peak.
+_TF32_KERNEL = re.compile(r"tf32|xf32|s1688gemm|s16816gemm", re.IGNORECASE)
+MAX_INPUT_LINKS = 4  # input sizes kept per kernel for producer → consumer links
+
+COLUMNS = [
+    "name",
+    "op",
+    "op_name",
+    "op_class",
+    "dtype",
+    "kind",
+    "device",
+    "stream",
+    "ts_ns",
+    "dur_ns",
+    "end_ns",
+    "blocks",
+    "flops",
+    "bytes",
+    "intensity",
+    "achieved_tflops",
+    "achieved_gbs",
+    "peak_tflops",
+    "peak_figure",
+    "roof_time_ns",
+    "roof_share",
+    "bound",
+    "fusible",
+    "out_numel",
+    "out_bytes",
+    *[f"in_numel_{i}" for i in range(MAX_INPUT_LINKS)],
+]
+
+
+class Roofline:
+    """A trace's peaks (or why there are none) and, on first use, its per-kernel roofline table."""
+
+    def __init__(self, trace: Trace, config: GpuConfig | None = None) -> None:
+        self._trace = trace
+        result = resolve_peaks(trace.device_properties(), config)
+        self.peaks: Peaks | None = result.peaks
+        self.reason: str = result.reason
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        """One row per modelled kernel (index: the kernel's row in ``trace.gpu``); see ``COLUMNS``."""
+        return kernel_table(self._trace, self.peaks)
+
+    def in_window(self, lo: int, hi: int) -> pd.DataFrame:
+        """Rows of kernels that start inside ``[lo, hi)``."""
+        k = self.kernels
+        return k[(k["ts_ns"] >= lo) & (k["ts_ns"] < hi)]
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: [] for c in COLUMNS})
+
+
+def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
+    """Build the per-kernel roofline table (vectorised; the op models run once per distinct op)."""
+    k = trace.kernels
+    k = k[k["op"].to_numpy() >= 0]
+    if not len(k):
+        return _empty()
+    op_rows = k["op"].to_numpy()
+    uops, inv = np.unique(op_rows, return_inverse=True)
+    host = trace.host
+    pos = host.index.get_indexer(uops)
+    ok = pos >= 0
+    if not ok.all():  # a link to a row that is not in the host table: drop those kernels
+        keep = ok[inv]
+        k, op_rows = k[keep], op_rows[keep]
+        uops, inv = np.unique(op_rows, return_inverse=True)
+        pos = host.index.get_indexer(uops)
+    kname_codes = k["name"].cat.codes.to_numpy()
+    _, first_of_op = np.unique(inv, return_index=True)
+    first_kernel = kname_codes[first_of_op].astype(np.int64)  # the op's first kernel: dtype hint
+    models, back = _op_works(host, pos, first_kernel, k["name"].cat.categories)
+    modelled = np.array([w is not None for w in models], dtype=bool)[back]
+    if not modelled.any():
+        return _empty()
+    keep = modelled[inv]
+    k, inv = k[keep], inv[keep]
+    # Per-kernel index into the distinct models (columns are built once per model, then gathered).
+    m = back[inv]
+    dur = k["dur_ns"].to_numpy().astype(np.float64)
+    # Split each op's work over its kernels by duration (equal shares when all are 0 ns).
+    op_dur = np.bincount(inv, weights=dur, minlength=len(uops))
+    op_cnt = np.bincount(inv, minlength=len(uops)).astype(np.float64)
+    share = np.where(op_dur[inv] > 0, dur / np.where(op_dur[inv] > 0, op_dur[inv], 1.0), 1.0 / op_cnt[inv])
+    flops = np.array([w.flops if w else 0.0 for w in models])[m] * share
+    nbytes = np.array([w.bytes if w else 0.0 for w in models])[m] * share
+    op_class = np.array([w.op_class if w else "" for w in models], dtype=object)[m]
+    dtype = np.array([w.dtype if w else "" for w in models], dtype=object)[m]
+    kind = np.where(np.isin(op_class, list(MATRIX_CLASSES)), "matrix", "vector").astype(object)
+    out_numel = np.array([w.out_numel if w else 0 for w in models], dtype=np.int64)[m]
+    out_bytes = np.array([w.out_bytes if w else 0.0 for w in models])[m]
+    ins = np.full((len(models), MAX_INPUT_LINKS), -1, dtype=np.int64)
+    for i, w in enumerate(models):
+        if w is not None and w.in_numels:
+            n = min(MAX_INPUT_LINKS, len(w.in_numels))
+            ins[i, :n] = w.in_numels[:n]
+    names = host["name"].to_numpy()[pos]
+    blocks = (k["grid_x"].to_numpy() * k["grid_y"].to_numpy() * k["grid_z"].to_numpy()).astype(np.int64)
+    secs = np.where(dur > 0, dur, np.nan) / 1e9
+    df = pd.DataFrame(
+        {
+            "name": k["name"].to_numpy(),
+            "op": k["op"].to_numpy(),
+            "op_name": np.asarray(names, dtype=object)[inv],
+            "op_class": op_class,
+            "dtype": dtype,
+            "kind": kind,
+            "device": k["device"].to_numpy(),
+            "stream": k["stream"].to_numpy(),
+            "ts_ns": k["ts_ns"].to_numpy(),
+            "dur_ns": k["dur_ns"].to_numpy(),
+            "end_ns": k["end_ns"].to_numpy(),
+            "blocks": blocks,
+            "flops": flops,
+            "bytes": nbytes,
+            "intensity": np.where(nbytes > 0, flops / np.where(nbytes > 0, nbytes, 1.0), np.nan),
+            "achieved_tflops": flops / secs / 1e12,
+            "achieved_gbs": nbytes / secs / 1e9,
+            "fusible": np.isin(op_class, list(FUSIBLE_CLASSES)),
+            "out_numel": out_numel,
+            "out_bytes": out_bytes,
+            **{f"in_numel_{i}": ins[m, i] for i in range(MAX_INPUT_LINKS)},
+        },
+        index=k.index,
+    )
+    df["name"] = pd.Categorical(df["name"])
+    # ROCm traces give the grid of some kernels in blocks (PyTorch's own launches) and of others
+    # in work-items (hipExtModuleLaunchKernel: MIOpen, Tensile), so the block count is not known.
+    _add_bounds(df, peaks, grid_in_blocks=trace.platform != "rocm")
+    return df[COLUMNS]
+
+
+def _op_works(
+    host: pd.DataFrame, pos: Any, first_kernel: Any, kernel_names: pd.Index
+) -> tuple[list[Work | None], npt.NDArray[np.intp]]:
+    """The model of each distinct (name, dims, types, concrete inputs, first kernel) op, and for
+    each op (``pos``: host positions) the index of its model."""
+    name_codes = host["name"].cat.codes.to_numpy()[pos].astype(np.int64)
+    parts = [name_codes]
+    for col in ("input_dims", "input_types", "concrete_inputs"):
+        codes, _ = pd.factorize(host[col].to_numpy()[pos], use_na_sentinel=False)
+        parts.append(codes.astype(np.int64))
+    parts.append(first_kernel)
+    keys = np.stack(parts, axis=1)
+    uniq, back = np.unique(keys, axis=0, return_inverse=True)
+    back = back.reshape(-1)
+    _, first_pos = np.unique(back, return_index=True)
+    host_names = host["name"].cat.categories
+    dims_col = host["input_dims"].to_numpy()
+    types_col = host["input_types"].to_numpy()
+    conc_col = host["concrete_inputs"].to_numpy()
+    models: list[Work | None] = []
+    for j in range(len(uniq)):
+        p = pos[first_pos[j]]
+        hint = str(kernel_names[uniq[j, 4]]) if uniq[j, 4] >= 0 else ""
+        models.append(
+            op_work(
+                str(host_names[uniq[j, 0]]),
+                parse_raw(dims_col[p]),
+                parse_raw(types_col[p]),
+                parse_raw(conc_col[p]),
+                hint,
+            )
+        )
+    return models, back
+
+
+def _add_bounds(df: pd.DataFrame, peaks: Peaks | None, grid_in_blocks: bool = True) -> None:
+    n = len(df)
+    if peaks is None or not n:
+        df["peak_tflops"] = np.full(n, np.nan)
+        df["peak_figure"] = np.full(n, "", dtype=object)
+        df["roof_time_ns"] = np.full(n, np.nan)
+        df["roof_share"] = np.full(n, np.nan)
+        df["bound"] = np.full(n, "unknown", dtype=object)
+        return
+    cats = df["name"].cat.categories
+    tf32_cat = np.asarray(pd.Series(cats, dtype=object).str.contains(_TF32_KERNEL).to_numpy(), dtype=bool)
+    tf32 = tf32_cat[df["name"].cat.codes.to_numpy()] if len(cats) else np.zeros(n, dtype=bool)
+    kind = df["kind"].to_numpy()
+    dtype = df["dtype"].to_numpy()
+    combo = pd.MultiIndex.from_arrays([kind, dtype, tf32])
+    codes, uniq = pd.factorize(combo)
+    peak = np.full(len(uniq), np.nan)
+    figure = np.empty(len(uniq), dtype=object)
+    for j, (kd, dt, t) in enumerate(uniq):
+        value, fig = peaks.compute_peak(str(kd), str(dt), bool(t))
+        peak[j] = np.nan if value is None else value
+        figure[j] = fig
+    peak_k = peak[codes]
+    dur = df["dur_ns"].to_numpy().astype(np.float64)
+    compute_ns = df["flops"].to_numpy() / peak_k * 1e9
+    memory_ns = df["bytes"].to_numpy() / peaks.bytes_per_s * 1e9
+    roof = np.fmax(compute_ns, memory_ns)
+    side = np.where(compute_ns >= memory_ns, "compute", "memory").astype(object)
+    blocks = df["blocks"].to_numpy()
+    sm = peaks.sm_count or 0
+    few_blocks = (blocks > 0) & (sm > 0) & (blocks < MIN_SM_FILL * sm) & grid_in_blocks
+    latency = (roof < LATENCY_FLOOR_NS) | few_blocks
+    bound = np.where(latency, "latency", side).astype(object)
+    bound[np.isnan(peak_k)] = "unknown"
+    df["peak_tflops"] = peak_k / 1e12
+    df["peak_figure"] = figure[codes]
+    df["roof_time_ns"] = np.where(np.isnan(peak_k), np.nan, roof)
+    df["roof_share"] = np.where(dur > 0, df["roof_time_ns"].to_numpy() / np.where(dur > 0, dur, 1.0), np.nan)
+    df["bound"] = bound
