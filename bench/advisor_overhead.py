@@ -8,15 +8,19 @@ How it is measured:
 * A training loop (an MLP: forward, backward, SGD; on CUDA each step ends with a synchronize so
   that its time is the real step time) is timed step by step, ``advisor.poll()`` included, as it
   runs inside ``prof.step()`` in real use.
-* Rounds of two phases, interleaved, the order alternating (busy-idle, idle-busy, ...) so that drift
-  in the machine's load falls on both sides: **busy**, steps while the advisor's worker analyses
-  the trace (``Advisor.submit_trace``: the same job an on_trace_ready cycle runs, minus the gzip);
-  only steps that began and ended with the analysis pending count; **idle**, as many steps with
-  nothing running in the background.
-* Per round, the ratio of the median busy step to the median idle step; the result is the median of
-  the rounds' ratios (and the pooled medians, for reference).
-* Before the rounds the worker is started and runs one analysis (not timed): interpreter start-up
-  is a one-time cost, reported separately.
+* Process mode (the default): analyses run back to back for the configuration's share of the
+  time budget (``Advisor.submit_trace``: the job an on_trace_ready cycle runs, minus the gzip)
+  while the worker is paused (SIGSTOP) and resumed (SIGCONT) every ``--block`` seconds (0.25):
+  steps in running blocks are **busy**, steps in paused blocks **idle** (a stopped process uses no
+  CPU). The two kinds alternate a few times a second, so the machine's other load, which drifts
+  over seconds, falls on both alike. Only busy steps that ended with an analysis still pending
+  count. Each busy block is compared with the idle block next to it (ratio of median steps).
+* Thread mode (a thread cannot be paused): rounds of a busy phase during one analysis and an idle
+  phase of as many steps, the order alternating.
+* The result is the median of the comparisons' ratios, with their 10th-90th percentiles and the
+  ratio of the pooled medians.
+* First the worker is started and runs one analysis with the loop stopped (not compared):
+  interpreter start-up is a one-time cost; that analysis time is shown as "first".
 
 The trace: ``--trace``, else ``bench/.cache/nccl_data.100MB.json`` when present (``bench/make_traces.py``),
 else a ~100 MB trace made from ``fixtures/traces/train_step.json.gz`` by ``bench/make_traces.py``
@@ -36,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -134,8 +139,81 @@ def timed(step: Any, advisor: Any) -> float:
     return time.perf_counter() - t0
 
 
+def interleaved(advisor: Any, trace: Path, step: Any, block_s: float, duration: float) -> list[dict[str, Any]]:
+    """Process mode: analyses back to back for ``duration`` seconds, the worker paused (SIGSTOP) and
+    resumed (SIGCONT) every ``block_s`` seconds; one record per block.
+
+    Steps in running blocks are "busy", steps in paused blocks "idle" (a stopped process uses no
+    CPU: that is the training loop without an analysis). The two kinds alternate a few times a
+    second, so the machine's other load, which drifts over seconds, falls on both alike.
+    """
+    blocks: list[dict[str, Any]] = []
+    advisor.submit_trace(trace)
+    while advisor.status()["worker_pid"] is None:
+        advisor.poll()
+        time.sleep(0.001)
+    pid = advisor.status()["worker_pid"]
+    running = True
+    end = time.perf_counter() + duration
+    try:
+        while time.perf_counter() < end:
+            steps: list[float] = []
+            block_end = time.perf_counter() + block_s
+            while time.perf_counter() < block_end:
+                if not advisor.pending:
+                    advisor.submit_trace(trace)  # keep the worker busy: the next analysis starts
+                dt = timed(step, advisor)
+                if not running or advisor.pending:  # a busy step must end with the analysis still going
+                    steps.append(dt)
+            blocks.append({"busy": running, "steps_ms": [x * 1e3 for x in steps]})
+            os.kill(pid, signal.SIGSTOP if running else signal.SIGCONT)
+            running = not running
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return blocks
+
+
+def block_pairs(blocks: list[dict[str, Any]]) -> list[float]:
+    """Median busy step / median idle step of each busy block and the idle block next to it."""
+    ratios = []
+    for b0, b1 in zip(blocks[0::2], blocks[1::2], strict=False):
+        busy, idle = (b0, b1) if b0["busy"] else (b1, b0)
+        if len(busy["steps_ms"]) >= 3 and len(idle["steps_ms"]) >= 3:
+            ratios.append(statistics.median(busy["steps_ms"]) / statistics.median(idle["steps_ms"]))
+    return ratios
+
+
+def round_phases(advisor: Any, trace: Path, step: Any, busy_first: bool, min_steps: int, cap: float) -> dict:
+    """Thread mode (a thread cannot be paused): a busy phase during one analysis, then (or before)
+    an idle phase of as many steps."""
+    busy: list[float] = []
+    idle: list[float] = []
+    for phase in ("busy", "idle") if busy_first else ("idle", "busy"):
+        if phase == "busy":
+            advisor.submit_trace(trace)
+            started = time.perf_counter()
+            while advisor.pending and time.perf_counter() - started < cap:
+                dt = timed(step, advisor)
+                if advisor.pending:
+                    busy.append(dt)
+            while advisor.pending:
+                advisor.poll()
+                time.sleep(0.01)
+        else:
+            idle = [timed(step, advisor) for _ in range(max(len(busy), min_steps))]
+    return {"order": "busy-first" if busy_first else "idle-first", "busy": busy, "idle": idle}
+
+
 def run_config(
-    mode: str, priority: str, trace: Path, step: Any, rounds: int, min_steps: int, phase_cap: float, deadline: float
+    mode: str,
+    priority: str,
+    trace: Path,
+    step: Any,
+    rounds: int,
+    min_steps: int,
+    block_s: float,
+    phase_cap: float,
+    deadline: float,
 ) -> dict[str, Any]:
     from traceadvisor.advisor import Advisor
 
@@ -144,7 +222,7 @@ def run_config(
     advisor = Advisor(
         out,
         mode=mode,
-        worker_priority=priority if priority == "idle" else int(priority),
+        worker_priority="idle" if priority in ("idle", "-") else int(priority),
         report=False,
         analysis_timeout=3600,
         config=None,
@@ -155,68 +233,52 @@ def run_config(
         advisor.poll()
         time.sleep(0.01)
     first = time.perf_counter() - t0
-    rows: list[dict[str, Any]] = []
-    last_round = 0.0
-    for r in range(rounds):
-        if time.perf_counter() + last_round > deadline:
-            break  # the next round (about as long as the last) would overrun the time budget
-        round_start = time.perf_counter()
-        phases = ("busy", "idle") if r % 2 == 0 else ("idle", "busy")
-        busy: list[float] = []
-        idle: list[float] = []
-        analysis_s = None
-        for phase in phases:
-            if phase == "busy":
-                advisor.submit_trace(trace)
-                t_start = time.perf_counter()
-                while advisor.pending and time.perf_counter() - t_start < phase_cap:
-                    dt = timed(step, advisor)
-                    if advisor.pending:  # still running after the step: the whole step overlapped it
-                        busy.append(dt)
-                while advisor.pending:  # past the cap: let it finish before the next phase
-                    advisor.poll()
-                    time.sleep(0.01)
-                analysis_s = advisor.reports[-1].timings.get("analysis_s") if advisor.reports else None
-            else:
-                n = max(len(busy), min_steps) if busy else min_steps
-                idle = [timed(step, advisor) for _ in range(n)]
-        last_round = time.perf_counter() - round_start
-        if len(busy) < 5:
-            continue  # the analysis finished within a few steps: nothing to compare
-        med_b, med_i = statistics.median(busy), statistics.median(idle)
-        rows.append(
-            {
-                "round": r,
-                "order": "-".join(phases),
-                "busy_steps": len(busy),
-                "idle_steps": len(idle),
-                "busy_median_ms": med_b * 1e3,
-                "idle_median_ms": med_i * 1e3,
-                "busy_mean_ms": statistics.fmean(busy) * 1e3,
-                "idle_mean_ms": statistics.fmean(idle) * 1e3,
-                "ratio": med_b / med_i,
-                "analysis_s": analysis_s,
-                "busy_all_ms": [b * 1e3 for b in busy],
-                "idle_all_ms": [i * 1e3 for i in idle],
-            }
-        )
-    advisor.close(timeout=60)
-    ratios = [row["ratio"] for row in rows]
-    pooled_b = [b for row in rows for b in row["busy_all_ms"]]
-    pooled_i = [i for row in rows for i in row["idle_all_ms"]]
+    done_before = len(advisor.reports)
+    busy: list[float] = []
+    idle: list[float] = []
+    detail: dict[str, Any] = {}
+    if mode == "process":
+        blocks = interleaved(advisor, trace, step, block_s, max(deadline - time.perf_counter(), 5 * block_s))
+        ratios = block_pairs(blocks)
+        busy = [x for b in blocks if b["busy"] for x in b["steps_ms"]]
+        idle = [x for b in blocks if not b["busy"] for x in b["steps_ms"]]
+        detail = {"blocks": blocks}
+    else:
+        ratios, rows, last_round = [], [], 0.0
+        for r in range(rounds):
+            if time.perf_counter() + last_round > deadline:
+                break  # the next round (about as long as the last) would overrun the time budget
+            round_start = time.perf_counter()
+            got = round_phases(advisor, trace, step, r % 2 == 0, min_steps, phase_cap)
+            last_round = time.perf_counter() - round_start
+            if len(got["busy"]) >= 5 and len(got["idle"]) >= 5:
+                ratios.append(statistics.median(got["busy"]) / statistics.median(got["idle"]))
+                busy += [x * 1e3 for x in got["busy"]]
+                idle += [x * 1e3 for x in got["idle"]]
+                rows.append({"order": got["order"], "ratio": ratios[-1]})
+        detail = {"rounds": rows}
+    advisor.close(timeout=5)  # an analysis cut short by the time budget is abandoned
+    analyses = [r.timings.get("analysis_s") for r in list(advisor.reports)[done_before:]]
+    q = statistics.quantiles(ratios, n=10) if len(ratios) >= 2 else [float("nan")] * 9
     summary = {
         "mode": mode,
         "priority": priority if mode == "process" else None,
-        "rounds": len(rows),
+        "method": f"interleaved {block_s:g} s blocks (worker paused/resumed)" if mode == "process" else "phases",
+        "comparisons": len(ratios),
+        "busy_steps": len(busy),
+        "idle_steps": len(idle),
+        "analyses": len(analyses),
         "first_analysis_s": first,
-        "analysis_s_median": statistics.median([r["analysis_s"] for r in rows if r["analysis_s"]] or [float("nan")]),
+        "analysis_s_median": statistics.median([a for a in analyses if a] or [float("nan")]),
         "ratio_median": statistics.median(ratios) if ratios else float("nan"),
-        "ratio_max": max(ratios) if ratios else float("nan"),
-        "busy_median_ms": statistics.median(pooled_b) if pooled_b else float("nan"),
-        "idle_median_ms": statistics.median(pooled_i) if pooled_i else float("nan"),
+        "ratio_p10": q[0],
+        "ratio_p90": q[-1],
+        "busy_median_ms": statistics.median(busy) if busy else float("nan"),
+        "idle_median_ms": statistics.median(idle) if idle else float("nan"),
     }
+    summary["pooled_ratio"] = summary["busy_median_ms"] / summary["idle_median_ms"] if busy and idle else float("nan")
     summary["meets_target"] = bool(ratios) and summary["ratio_median"] <= TARGET
-    return {"summary": summary, "rounds": rows}
+    return {"summary": summary, "ratios": ratios, **detail}
 
 
 def machine(device: str) -> dict[str, Any]:
@@ -251,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         help="worker priorities to compare (process mode): idle and/or nice values, e.g. idle,19,0",
     )
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads of the training loop")
-    ap.add_argument("--rounds", type=int, default=6, help="busy/idle rounds per configuration")
+    ap.add_argument("--rounds", type=int, default=6, help="busy/idle rounds per configuration (thread mode)")
+    ap.add_argument("--block", type=float, default=0.25, help="seconds per running/paused block (process mode)")
     ap.add_argument("--min-steps", type=int, default=50, help="fewest idle steps per round")
     ap.add_argument("--phase-cap", type=float, default=20.0, help="longest busy phase (s)")
-    ap.add_argument("--max-seconds", type=float, default=170.0, help="stop starting rounds after this (s)")
+    ap.add_argument("--max-seconds", type=float, default=170.0, help="time budget of the whole run (s)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
@@ -274,10 +337,18 @@ def main(argv: list[str] | None = None) -> int:
         # Each configuration gets an equal share of what is left of the time budget.
         share = (args.max_seconds - (time.perf_counter() - started)) / (len(configs) - i)
         deadline = time.perf_counter() + max(share, 0.0)
-        print(f"[advisor_overhead] {mode} priority={priority}: {args.rounds} rounds, ~{share:.0f} s", file=sys.stderr)
+        print(f"[advisor_overhead] {mode} priority={priority}: ~{share:.0f} s", file=sys.stderr)
         results.append(
             run_config(
-                mode, priority, trace, step, args.rounds, args.min_steps, min(args.phase_cap, share / 4), deadline
+                mode,
+                priority,
+                trace,
+                step,
+                args.rounds,
+                args.min_steps,
+                args.block,
+                min(args.phase_cap, share / 4),
+                deadline,
             )
         )
     info = machine(device)
@@ -294,16 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(
-        "| mode | worker priority | rounds | idle step ms | busy step ms | busy/idle (median of rounds) | worst round "
-        f"| analysis s | first analysis s | ≤ {TARGET:.2f} |"
+        "| mode | worker priority | comparisons | busy / idle steps | idle step ms | busy step ms "
+        f"| busy/idle: median (p10-p90) | pooled | analysis s (first) | ≤ {TARGET:.2f} |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for res in results:
         s = res["summary"]
         print(
-            f"| {s['mode']} | {s['priority'] or '-'} | {s['rounds']} "
-            f"| {s['idle_median_ms']:.3f} | {s['busy_median_ms']:.3f} | {s['ratio_median']:.3f} | {s['ratio_max']:.3f} "
-            f"| {s['analysis_s_median']:.2f} | {s['first_analysis_s']:.2f} | {'✓' if s['meets_target'] else '✗'} |"
+            f"| {s['mode']} | {s['priority'] or '-'} | {s['comparisons']} | {s['busy_steps']} / {s['idle_steps']} "
+            f"| {s['idle_median_ms']:.3f} | {s['busy_median_ms']:.3f} "
+            f"| {s['ratio_median']:.3f} ({s['ratio_p10']:.2f}-{s['ratio_p90']:.2f}) | {s['pooled_ratio']:.3f} "
+            f"| {s['analysis_s_median']:.2f} ({s['first_analysis_s']:.2f}) | {'✓' if s['meets_target'] else '✗'} |"
         )
     total = time.perf_counter() - started
     print(f"\ntotal {total:.0f} s (budget {args.max_seconds:.0f} s, {budget:.0f} s of it for the rounds)")

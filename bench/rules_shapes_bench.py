@@ -10,7 +10,8 @@ has them. This benchmark replicates the steps of the largest external trace with
 
 How it is measured, in one process:
 
-1. ``traceadvisor.load_file(TRACE)``, timed once (**load**).
+1. ``traceadvisor.load_file(TRACE)``, timed once (**load**), after a warm-up on a small fixture
+   trace (load, summary, every rule; not timed) so that lazy imports do not count.
 2. The per-trace summary of the report (``report.summary.summarize``), timed: ``analyze`` runs it
    before the rules, and it builds the shared views (steps, idle attribution, the roofline
    table) that rules reuse. ``--no-summary`` leaves it out, so the first rule to read a shared
@@ -40,6 +41,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 DEFAULT_SOURCE = Path("/work/shared/external-traces/hta/rank0.json.gz")
 TARGET = 0.20
+WARM_UP = REPO / "fixtures" / "traces" / "planted_naive_attention.json.gz"
 
 
 def make_trace(source: Path, size_mb: int, cache_dir: Path) -> Path:
@@ -66,17 +69,26 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+def _check_all(rule: Any, trace: Any) -> list[Any]:
+    return list(rule.check(trace))
+
+
 def measure(path: Path, selectors: list[str], repeat: int, summary: bool) -> tuple[float, list[dict[str, Any]]]:
     """Load seconds and one row per rule (plus the summary): first-run and repeated seconds."""
     import traceadvisor
     from traceadvisor.engine.config import Config
     from traceadvisor.engine.registry import discover
     from traceadvisor.engine.rule import trace_capabilities
-    from traceadvisor.engine.runner import instantiate, select
+    from traceadvisor.engine.runner import instantiate, run, select
     from traceadvisor.report.summary import summarize
 
     config = Config(select=selectors) if selectors else Config()
     rules = instantiate(select(discover(config.rules_dirs), config), config)
+    # Warm-up on a small trace, not timed: the loader, the summary and the rules import modules
+    # lazily on first use (about 0.7 s), which would otherwise count as load time.
+    small = traceadvisor.load_file(WARM_UP)
+    summarize(small)
+    run(rules, [small])
     t_load, trace = timed(lambda: traceadvisor.load_file(path))
     rows: list[dict[str, Any]] = []
     if summary:
@@ -90,12 +102,12 @@ def measure(path: Path, selectors: list[str], repeat: int, summary: bool) -> tup
         if missing:
             rows.append({"label": f"{label} (skipped: no {', '.join(missing)})", "first": None, "again": None})
             continue
-        t, found = timed(lambda r=rule: list(r.check(trace)))
+        t, found = timed(partial(_check_all, rule, trace))
         runnable.append((rule, len(rows)))
         rows.append({"label": label, "first": t, "again": [], "findings": len(found)})
     for _ in range(repeat):  # interleaved, so a slow period of a shared machine hits every rule alike
         for rule, i in runnable:
-            t, _ = timed(lambda r=rule: list(r.check(trace)))
+            t, _ = timed(partial(_check_all, rule, trace))
             rows[i]["again"].append(t)
     for row in rows:
         if row["again"]:
@@ -127,15 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trace: {path} ({path.stat().st_size / 1e6:.1f} MB)")
     print(f"load {load:.3f} s; 'first' = the rule's check on the fresh trace in pack order, 'again' = median of")
     print(f"{args.repeat} more runs (shared views cached); % = share of the load time")
-    print(f"  {'':44s} {'first':>17s} {'again':>17s} findings")
+    width = max(len(r["label"]) for r in [*rows, {"label": "summary + rules (first)"}])
+    print(f"  {'':{width}s} {'first':>17s} {'again':>17s} findings")
     for row in rows:
         found = "" if row.get("findings") is None else f"{row['findings']:8d}"
-        print(f"  {row['label'][:44]:44s} {_cell(row['first'], load)} {_cell(row['again'], load)} {found}")
-    total = sum(r["first"] for r in rows if r["first"] is not None)
+        print(f"  {row['label']:{width}s} {_cell(row['first'], load)} {_cell(row['again'], load)} {found}")
     rules_only = sum(r["first"] for r in rows if r["first"] is not None and not r["label"].startswith("summary"))
-    print(f"  {'rules (first)':44s} {_cell(rules_only, load)}")
-    verdict = "✓" if total / load <= TARGET else "✗"
-    print(f"  {'summary + rules (first)':44s} {_cell(total, load)}   target ≤ {TARGET:.0%} of load {verdict}")
+    print(f"  {'rules (first)':{width}s} {_cell(rules_only, load)}")
+    if not args.no_summary:
+        total = sum(r["first"] for r in rows if r["first"] is not None)
+        verdict = "✓" if total / load <= TARGET else "✗"
+        label = "summary + rules (first)"
+        print(f"  {label:{width}s} {_cell(total, load)}   issue 3 target: ≤ {TARGET:.0%} of load {verdict}")
     return 0
 
 

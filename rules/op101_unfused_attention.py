@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
 from traceadvisor.rules_api import Capability, evidence_from, location_of, parse_raw
@@ -15,6 +18,7 @@ SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
 SOFTMAX_BWD_OPS = {"aten::_softmax_backward_data"}
 MATMUL_OPS = {"aten::bmm", "aten::baddbmm", "aten::matmul", "aten::mm"}
 SDPA_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+Score = tuple[int, int, int]  # (batch·heads, L, S) of a score matrix
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,95 @@ def _peak(trace: Trace, dtype: str) -> float | None:
     if dtype in ("bf16", "fp16"):
         return f.get(dtype) or f.get("fp16")
     return f.get("tf32") or f.get("fp32")
+
+
+def category_mask(names: pd.Series, hit: Callable[[pd.Series], pd.Series]) -> npt.NDArray[np.bool_]:
+    """``hit`` (a test on a string Series) applied to a categorical column: evaluated once per
+    distinct name, then spread to the rows. Rows without a name are ``False``."""
+    cats = pd.Series(names.cat.categories.astype(str))
+    per_cat = np.append(np.asarray(hit(cats), dtype=bool), False)  # code -1 (no name) → the last slot
+    return np.asarray(per_cat[names.cat.codes.to_numpy()], dtype=bool)
+
+
+def signature_codes(host: pd.DataFrame, pos: npt.NDArray[np.intp], cols: Sequence[str]) -> npt.NDArray[np.intp]:
+    """For host rows at positions ``pos``: the index of each row's distinct (name, *cols) signature,
+    numbered in order of first appearance."""
+    parts = [host["name"].cat.codes.to_numpy()[pos].astype(np.int64)]
+    for col in cols:
+        parts.append(pd.factorize(host[col].to_numpy()[pos], use_na_sentinel=False)[0].astype(np.int64))
+    key = pd.MultiIndex.from_arrays(parts)
+    return np.asarray(pd.factorize(key)[0], dtype=np.intp)
+
+
+def op_names(host: pd.DataFrame, pos: npt.NDArray[np.intp]) -> list[str]:
+    """Names of the host rows at positions ``pos`` (``""`` where a row has none)."""
+    codes = host["name"].cat.codes.to_numpy()[pos]
+    cats = np.asarray(host["name"].cat.categories.astype(str), dtype=object)
+    return [str(cats[c]) if c >= 0 else "" for c in codes]
+
+
+def _score_shapes(soft: pd.DataFrame, min_seq: int) -> tuple[set[Score], str]:
+    """The (batch·heads, L, S) score matrices the softmax ops read (L, S ≥ ``min_seq``), and the
+    attention's dtype: that of the last such softmax in 16 bits (``bf16``/``fp16``), else ``fp32``."""
+    if not len(soft):
+        return set(), "fp32"
+    dims_col, types_col = soft["input_dims"].to_numpy(), soft["input_types"].to_numpy()
+    sig = signature_codes(soft, np.arange(len(soft)), ("input_dims", "input_types"))
+    scores: set[Score] = set()
+    labels: list[str] = []
+    # Signatures in order of first appearance, so the set is filled in the order of the ops.
+    for p in np.unique(sig, return_index=True)[1]:
+        dims = parse_raw(dims_col[p])
+        label = ""
+        if dims and dims[0] and len(dims[0]) >= 3:
+            shape = dims[0]
+            if shape[-1] >= min_seq and shape[-2] >= min_seq:
+                scores.add((prod(shape[:-2]), shape[-2], shape[-1]))
+                types = [str(t) for t in parse_raw(types_col[p]) or []]
+                label = "bf16" if "c10::BFloat16" in types else "fp16" if "c10::Half" in types else ""
+        labels.append(label)
+    per_op = np.array(labels, dtype=object)[sig]
+    sixteen = np.flatnonzero(per_op != "")
+    return scores, str(per_op[sixteen[-1]]) if len(sixteen) else "fp32"
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRole:
+    """What an op with given inputs does to the score matrices."""
+
+    hit: bool = False  # reads or writes score-shaped tensors: on the score path
+    matmul: bool = False  # a matrix product on the score path (Q·Kᵀ, P·V or their backward)
+    fwd_flops: float = 0.0  # FLOPs of a product that writes the scores (Q·Kᵀ, or dP in the backward)
+    softmax_bwd: bool = False  # the softmax backward of the scores
+
+
+def _batched(shape: list[int]) -> Score:
+    """(batch, rows, cols) of a matrix or a batch of matrices."""
+    return prod(shape[:-2]) if len(shape) > 2 else 1, shape[-2], shape[-1]
+
+
+def _score_role(name: str, dims_raw: Any, scores: set[Score]) -> ScoreRole:
+    dims = parse_raw(dims_raw)
+    if not dims:
+        return ScoreRole()
+    shapes = [d for d in dims if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d)]
+    if name in MATMUL_OPS and len(shapes) >= 2:
+        a, b = shapes[-2], shapes[-1]
+        out = (_batched(a)[0], a[-2], b[-1])
+        ins = (_batched(a), _batched(b))
+        hit = False
+        flops = 0.0
+        for bh, lq, sk in scores:
+            if out == (bh, lq, sk):  # Q·Kᵀ produces the scores
+                hit = True
+                flops += 2.0 * bh * lq * sk * a[-1]
+            elif any(i in ((bh, lq, sk), (bh, sk, lq)) for i in ins):  # P·V and the backward
+                hit = True
+        return ScoreRole(hit=hit, matmul=hit, fwd_flops=flops)
+    if shapes:  # softmax, the elementwise ops on the scores (mask, scale, dropout) and their backward
+        hit = _batched(shapes[0]) in scores
+        return ScoreRole(hit=hit, softmax_bwd=hit and name in SOFTMAX_BWD_OPS)
+    return ScoreRole()
 
 
 class UnfusedAttention(Rule):
@@ -84,58 +177,28 @@ class UnfusedAttention(Rule):
         k = trace.kernels
         if not len(ops) or not len(k):
             return
-        names = ops["name"].astype(str)
-        if names.str.contains("|".join(SDPA_MARKERS)).any():
+        names = ops["name"]
+        if category_mask(names, lambda n: n.str.contains("|".join(SDPA_MARKERS))).any():
             return
-        soft = ops[names.isin(SOFTMAX_OPS)]
-        scores: set[tuple[int, int, int]] = set()  # (batch·heads, L, S)
-        dtype = "fp32"
-        for dims_raw, types_raw in zip(soft["input_dims"], soft["input_types"], strict=True):
-            dims = parse_raw(dims_raw)
-            if not dims or not dims[0] or len(dims[0]) < 3:
-                continue
-            shape = dims[0]
-            if shape[-1] >= opts.min_seq and shape[-2] >= opts.min_seq:
-                scores.add((prod(shape[:-2]), shape[-2], shape[-1]))
-                types = [str(t) for t in parse_raw(types_raw) or []]
-                dtype = "bf16" if "c10::BFloat16" in types else "fp16" if "c10::Half" in types else dtype
+        scores, dtype = _score_shapes(ops[category_mask(names, lambda n: n.isin(SOFTMAX_OPS))], opts.min_seq)
         if not scores:
             return
-        k = k[k["op"] >= 0]
+        k = k[k["op"].to_numpy() >= 0]
+        host = trace.host
         launching_rows = np.unique(k["op"].to_numpy())
-        launching = trace.host.loc[launching_rows]
-        score_rows: list[int] = []
-        fwd_flops = 0.0
-        has_bwd = False
-        matmuls = 0
-        for row, name, dims_raw in zip(
-            launching.index, launching["name"].astype(str), launching["input_dims"], strict=True
-        ):
-            dims = parse_raw(dims_raw)
-            if not dims:
-                continue
-            shapes = [d for d in dims if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d)]
-            hit = False
-            if name in MATMUL_OPS and len(shapes) >= 2:
-                a, b = shapes[-2], shapes[-1]
-                out = (prod(a[:-2]) if len(a) > 2 else 1, a[-2], b[-1])
-                ins = [(prod(s[:-2]) if len(s) > 2 else 1, s[-2], s[-1]) for s in (a, b)]
-                for bh, lq, sk in scores:
-                    if out == (bh, lq, sk):  # Q·Kᵀ produces the scores
-                        hit = True
-                        fwd_flops += 2.0 * bh * lq * sk * a[-1]
-                    elif any(i in ((bh, lq, sk), (bh, sk, lq)) for i in ins):  # P·V and the backward
-                        hit = True
-                if hit:
-                    matmuls += 1
-            elif shapes:
-                s = shapes[0]
-                key = (prod(s[:-2]) if len(s) > 2 else 1, s[-2], s[-1])
-                hit = key in scores
-                if hit and name in SOFTMAX_BWD_OPS:
-                    has_bwd = True
-            if hit:
-                score_rows.append(int(row))
+        pos = host.index.get_indexer(launching_rows)
+        launching_rows, pos = launching_rows[pos >= 0], pos[pos >= 0]
+        # Each distinct (name, input dims) once: a model repeats its layers' shapes in every step.
+        sig = signature_codes(host, pos, ("input_dims",))
+        first = pos[np.unique(sig, return_index=True)[1]]
+        dims_col = host["input_dims"].to_numpy()
+        roles = [_score_role(n, dims_col[p], scores) for n, p in zip(op_names(host, first), first, strict=True)]
+        count = np.bincount(sig, minlength=len(roles)).astype(np.float64)  # ops per signature
+        hit = np.array([r.hit for r in roles], dtype=bool)
+        score_rows = launching_rows[hit[sig]].tolist()
+        fwd_flops = float(np.array([r.fwd_flops for r in roles], dtype=np.float64) @ count)
+        matmuls = int(count[np.array([r.matmul for r in roles], dtype=bool)].sum())
+        has_bwd = any(r.softmax_bwd for r in roles)
         if not score_rows or matmuls < 2:
             return
         mine = k[k["op"].isin(score_rows)]
@@ -155,8 +218,8 @@ class UnfusedAttention(Rule):
         fused_ns = flops / (opts.flash_efficiency * peak) * 1e9
         saving = max(0.0, path_ns - fused_ns)
         bh, lq, sk = max(scores, key=lambda t: t[0] * t[1] * t[2])
-        first = trace.host.loc[score_rows[0]]
-        location = location_of(trace, int(first["pid"]), int(first["tid"]), int(first["ts_ns"]))
+        head = host.loc[score_rows[0]]
+        location = location_of(trace, int(head["pid"]), int(head["tid"]), int(head["ts_ns"]))
         yield self.finding(
             trace,
             message=(

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from math import prod
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
+from traceadvisor.roofline.models import op_work
 from traceadvisor.rules_api import Capability, evidence_from, location_of, parse_raw
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -40,34 +45,34 @@ def _peaks(trace: Trace) -> tuple[float, float] | None:
     return fp32, tf32
 
 
-def matmul_flops(name: str, dims: list | None) -> float | None:
-    """2·M·N·K (times the batch) of a matrix product from its input dims."""
-    if not dims:
-        return None
-    try:
-        if name == "aten::mm":
-            (m, k), (_, n) = dims[0], dims[1]
-            return 2.0 * m * n * k
-        if name == "aten::addmm":
-            (m, k), (_, n) = dims[1], dims[2]
-            return 2.0 * m * n * k
-        if name == "aten::bmm":
-            (b, m, k), (_, _, n) = dims[0], dims[1]
-            return 2.0 * b * m * n * k
-        if name == "aten::baddbmm":
-            (b, m, k), (_, _, n) = dims[1], dims[2]
-            return 2.0 * b * m * n * k
-        if name == "aten::linear":
-            x, w = dims[0], dims[1]
-            return 2.0 * prod(x[:-1]) * x[-1] * w[0]
-        if name == "aten::matmul":
-            a, b = dims[0], dims[1]
-            if len(a) < 2 or len(b) < 2:
-                return None
-            return 2.0 * prod(a[:-1]) * a[-1] * b[-1]
-    except (TypeError, ValueError, IndexError):
-        return None
-    return None
+def category_mask(names: pd.Series, hit: Callable[[pd.Series], pd.Series]) -> npt.NDArray[np.bool_]:
+    """``hit`` (a test on a string Series) applied to a categorical column: evaluated once per
+    distinct name, then spread to the rows (kernel names are long templates: a regex per row costs
+    seconds on a large trace). Rows without a name are ``False``."""
+    cats = pd.Series(names.cat.categories.astype(str))
+    per_cat = np.append(np.asarray(hit(cats), dtype=bool), False)  # code -1 (no name) → the last slot
+    return np.asarray(per_cat[names.cat.codes.to_numpy()], dtype=bool)
+
+
+def signature_codes(host: pd.DataFrame, pos: npt.NDArray[np.intp], cols: Sequence[str]) -> npt.NDArray[np.intp]:
+    """For host rows at positions ``pos``: the index of each row's distinct (name, *cols) signature,
+    numbered in order of first appearance."""
+    parts = [host["name"].cat.codes.to_numpy()[pos].astype(np.int64)]
+    for col in cols:
+        parts.append(pd.factorize(host[col].to_numpy()[pos], use_na_sentinel=False)[0].astype(np.int64))
+    key = pd.MultiIndex.from_arrays(parts)
+    return np.asarray(pd.factorize(key)[0], dtype=np.intp)
+
+
+def _sig_model(name: str, dims_raw: Any, types_raw: Any) -> tuple[bool, float]:
+    """Whether an op with these inputs is an fp32 product (float inputs, or no recorded types),
+    and its FLOPs from the shared op model (``roofline/models.py``: 2·M·N·K, times the batch); NaN
+    when the shapes do not give them."""
+    types = parse_raw(types_raw) or []
+    if types and not any(str(t) in _FLOAT_TYPES for t in types):
+        return False, np.nan
+    work = op_work(name, parse_raw(dims_raw), types)
+    return True, work.flops if work is not None and work.flops > 0 else np.nan
 
 
 class Fp32Matmul(Rule):
@@ -84,9 +89,11 @@ class Fp32Matmul(Rule):
     `matmul` or `linear` ops with float inputs (`record_shapes`) launch non-tensor-core GEMM
     kernels (`sgemm`, `gemmSN`, `gemv`, or cuBLAS xmma `f32f32_f32f32 … ffma` kernels; the TF32
     kernels are named `tf32`, `nvjet`, `wgmma`, …). The saving is each op's GPU time minus its
-    time at a realistic share of the TF32 peak, computed from the FLOPs (2·M·N·K from the input
-    dims); time beyond what the FLOPs need at `fp32_efficiency` of the fp32 peak (latency of tiny
-    GEMMs) is kept, and no op saves more than its time × (1 − 1/max_speedup).
+    time at a realistic share of the TF32 peak, computed from the FLOPs (2·M·N·K times the batch,
+    from the input dims, by the roofline's op model); time beyond what the FLOPs need at
+    `fp32_efficiency` of the fp32 peak (latency of tiny GEMMs) is kept, and no op saves more than
+    its time × (1 − 1/max_speedup). An op whose shapes give no FLOPs is scaled by
+    fp32 peak / (`tf32_efficiency` × TF32 peak).
 
     ## How to fix
     Allow TF32 for matmuls: `torch.backends.cuda.matmul.allow_tf32 = True` or
@@ -122,48 +129,56 @@ class Fp32Matmul(Rule):
         k = trace.kernels
         if not len(k):
             return
-        names = k["name"].astype(str)
-        fp32 = names.str.contains(_FP32_KERNEL) & ~names.str.contains(_TC_KERNEL) & (k["op"] >= 0)
+        fp32 = category_mask(k["name"], lambda n: n.str.contains(_FP32_KERNEL) & ~n.str.contains(_TC_KERNEL))
+        fp32 &= k["op"].to_numpy() >= 0
+        if not fp32.any():
+            return
         cand = k[fp32]
+        host = trace.host
+        is_matmul = category_mask(host["name"], lambda n: n.isin(MATMUL_OPS))
+        pos = host.index.get_indexer(cand["op"].to_numpy())
+        cand = cand[(pos >= 0) & is_matmul[pos]]
         if not len(cand):
             return
-        ops = trace.host.loc[cand["op"].to_numpy()]
-        cand = cand[ops["name"].astype(str).isin(MATMUL_OPS).to_numpy()]
-        if not len(cand):
+        per_op = cand.groupby("op")["dur_ns"].sum()  # GPU time of each op's fp32 GEMM kernels
+        op_pos = host.index.get_indexer(per_op.index.to_numpy())
+        # Types and FLOPs once per distinct (name, input dims, input types): a model repeats its
+        # layers' shapes in every step.
+        sig = signature_codes(host, op_pos, ("input_dims", "input_types"))
+        first = op_pos[np.unique(sig, return_index=True)[1]]
+        names = host["name"].cat.categories[host["name"].cat.codes.to_numpy()[first]]  # all matmul ops: named
+        dims_col, types_col = host["input_dims"].to_numpy(), host["input_types"].to_numpy()
+        models = [_sig_model(str(n), dims_col[p], types_col[p]) for n, p in zip(names, first, strict=True)]
+        keep = np.array([m[0] for m in models], dtype=bool)[sig]
+        if not keep.any():
             return
-        per_op = cand.groupby("op")["dur_ns"].sum()
-        gemm_ns = 0
-        saving_ns = 0.0
-        flops_total = 0.0
-        kept_ops = []
-        for row, dur in per_op.items():
-            h = trace.host.loc[int(row)]
-            types = parse_raw(h["input_types"]) or []
-            if types and not any(str(t) in _FLOAT_TYPES for t in types):
-                continue
-            kept_ops.append(int(row))
-            gemm_ns += int(dur)
-            flops = matmul_flops(str(h["name"]), parse_raw(h["input_dims"]))
-            floor = dur / opts.max_speedup
-            if flops:
-                flops_total += flops
-                # Time beyond what the FLOPs need at a realistic fp32 rate is latency/memory cost
-                # that TF32 does not remove (tiny GEMMs); the rest shrinks to the TF32 rate.
-                fixed = max(0.0, dur - flops / (opts.fp32_efficiency * fp32_peak) * 1e9)
-                tf32_ns = max(fixed + flops / (opts.tf32_efficiency * tf32_peak) * 1e9, floor)
-            else:
-                tf32_ns = max(dur * fp32_peak / tf32_peak / opts.tf32_efficiency, floor)
-            saving_ns += max(0.0, dur - tf32_ns)
-        if not kept_ops:
-            return
+        flops = np.array([m[1] for m in models], dtype=np.float64)[sig][keep]
+        dur = per_op.to_numpy()[keep]
+        kept_ops = per_op.index.to_numpy()[keep]
+        gemm_ns = int(dur.sum())
+        dur_f = dur.astype(np.float64)
+        floor = dur_f / opts.max_speedup
+        modelled = ~np.isnan(flops)
+        f = np.where(modelled, flops, 0.0)
+        # Time beyond what the FLOPs need at a realistic fp32 rate is latency/memory cost that
+        # TF32 does not remove (tiny GEMMs); the rest shrinks to the TF32 rate. Without FLOPs the
+        # whole op speeds up by the ratio of the peaks.
+        fixed = np.maximum(0.0, dur_f - f / (opts.fp32_efficiency * fp32_peak) * 1e9)
+        tf32_ns = np.where(
+            modelled,
+            np.maximum(fixed + f / (opts.tf32_efficiency * tf32_peak) * 1e9, floor),
+            np.maximum(dur_f * fp32_peak / tf32_peak / opts.tf32_efficiency, floor),
+        )
+        saving_ns = float(np.maximum(0.0, dur_f - tf32_ns).sum())
+        flops_total = float(f.sum())
         kernel_ns = int(k["dur_ns"].sum())
         share = 100.0 * gemm_ns / kernel_ns if kernel_ns else 0.0
         if share < opts.min_gemm_pct or saving_ns < opts.min_saving_pct / 100.0 * trace.analysed_ns:
             return
         mine = cand[cand["op"].isin(kept_ops)]
         achieved = flops_total / (gemm_ns / 1e9) / 1e12 if gemm_ns and flops_total else None
-        first = trace.host.loc[kept_ops[0]]
-        location = location_of(trace, int(first["pid"]), int(first["tid"]), int(first["ts_ns"]))
+        head = host.loc[kept_ops[0]]
+        location = location_of(trace, int(head["pid"]), int(head["tid"]), int(head["ts_ns"]))
         top_kernel = str(mine.groupby("name", observed=True)["dur_ns"].sum().idxmax())
         rate = f", {achieved:.1f} TFLOP/s achieved" if achieved else ""
         yield self.finding(

@@ -90,6 +90,8 @@ _KERNEL_DTYPES: tuple[tuple[re.Pattern[str], tuple[str, int]], ...] = (
 
 COMPUTE_DTYPES = {"fp64", "fp32", "bf16", "fp16", "fp8", "int8"}
 MATRIX_CLASSES = {"matmul", "conv", "attention"}
+# A custom Triton kernel, placed by its launch record (``triton_work``) rather than by an op model.
+TRITON_CLASS = "triton"
 # Op classes whose kernels a compiler (Inductor) fuses into neighbours: pointwise, reductions,
 # normalization, softmax, copies/casts and gathers.
 FUSIBLE_CLASSES = {"elementwise", "reduction", "softmax", "norm", "copy", "gather"}
@@ -109,8 +111,8 @@ class Work:
 
     @property
     def kind(self) -> str:
-        """``matrix`` (tensor/matrix-core peaks apply) or ``vector``."""
-        return "matrix" if self.op_class in MATRIX_CLASSES else "vector"
+        """``matrix`` (tensor/matrix-core peaks apply) or ``vector``; Triton kernels: see ``triton_work``."""
+        return "matrix" if self.op_class in MATRIX_CLASSES or self.op_class == TRITON_CLASS else "vector"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +210,37 @@ def kernel_dtype(kernel_name: str) -> tuple[str, int] | None:
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
+
+
+def triton_work(nbytes: int, flops: int, types: Any) -> Work | None:
+    """The work of one Triton launch from its record (``traceadvisor.trace.triton_launches``).
+
+    ``nbytes`` and ``flops`` are the record's fields (-1: not recorded), ``types`` the record's
+    ``Input type`` (its tensor arguments, with ``record_shapes``). ``None`` for a record without
+    bytes (a launch path that gave the name only): there is nothing to place.
+
+    * Bytes: the tensor arguments' sizes, each counted once. Not the measured traffic: a lower
+      bound when the kernel reads an argument more than once from DRAM (a tiled matmul re-reads
+      tiles of A and B that the L2 cache no longer holds), an upper bound when it touches only
+      part of one (masked or strided access, a lookup table read at a few rows, a buffer it does
+      not write).
+    * FLOPs: what the kernel declares in its ``launch_metadata`` (Proton's convention); NaN when
+      it declares none, and then only the memory roof applies.
+    * Dtype: the narrowest compute dtype among the tensor arguments (``""`` when the record has no
+      types: the memory roof only). The record cannot say whether the kernel uses ``tl.dot``, so
+      it is judged against its dtype's matrix (tensor-core) peak, the highest the data allows: a
+      roof must bound what the hardware can do, and a matmul judged against the vector rate
+      would sit above its roof. The view takes fp32 at the TF32 rate, as ``tl.dot`` computes fp32
+      by default (``input_precision="tf32"``).
+    """
+    if nbytes < 0:
+        return None
+    dtype, size = "", 0
+    for t in types if isinstance(types, list) else []:
+        dt = DTYPE_OF.get(str(t))
+        if dt is not None and dt[0] in COMPUTE_DTYPES and (not size or dt[1] < size):
+            dtype, size = dt
+    return Work(float(flops) if flops >= 0 else math.nan, float(nbytes), dtype, TRITON_CLASS)
 
 
 def _is_shape(v: Any) -> bool:

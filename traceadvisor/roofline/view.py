@@ -4,6 +4,15 @@ Every GPU kernel tied to a CPU op (``kernels.op``, see ``Trace.links``) whose FL
 op models (``models.py``) can estimate gets a row. Computed once per trace (``Trace.roofline``)
 and shared by the report and the rules.
 
+Custom Triton kernels have no aten op to model. A kernel launched under a Triton launch record
+(``traceadvisor.trace.triton_launches``: its launching op, or for records written as user
+annotations the record around its launch call) takes its bytes and FLOPs from the record instead
+(``models.triton_work``): bytes of the tensor arguments, each counted once, which is a lower
+bound on its traffic when it reads an argument more than once and an upper bound when it touches
+only part of one; FLOPs only where the kernel declares them. The ``basis`` column says which rows
+rest on what (``BASIS_TEXT``). ``Roofline.launches`` places the records themselves, kernels or
+not: on a CPU trace (Triton under ``TRITON_INTERPRET=1``) they are all the roofline has.
+
 How the figures are computed:
 
 * An op's work is split across the kernels it launched **in proportion to their durations**:
@@ -18,7 +27,11 @@ How the figures are computed:
 * Bound: ``compute`` when the compute term of the roof time is the larger, ``memory`` when the
   bytes term is; ``latency`` when neither roof is reachable: the roof time is under
   ``LATENCY_FLOOR_NS`` or the grid leaves most SMs idle (see below; not judged on ROCm, whose
-  traces mix grids in blocks and in work-items); ``unknown`` without peaks for the kernel's dtype.
+  traces mix grids in blocks and in work-items, except for Triton kernels whose record gives the
+  grid in programs); ``unknown`` without peaks for the kernel's dtype.
+* Triton records without declared FLOPs or without tensor dtypes have no compute term: their
+  roof is the memory roof only (``peak_tflops`` NaN, bound ``memory`` or ``latency``), so a
+  kernel that is in fact compute-bound shows as far below its memory roof.
 """
 
 from __future__ import annotations
@@ -31,8 +44,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from traceadvisor.roofline.models import FUSIBLE_CLASSES, MATRIX_CLASSES, Work, op_work
+from traceadvisor.roofline.models import FUSIBLE_CLASSES, MATRIX_CLASSES, TRITON_CLASS, Work, op_work, triton_work
 from traceadvisor.roofline.peaks import GpuConfig, Peaks, resolve_peaks
+from traceadvisor.trace import triton_launches
 from traceadvisor.trace.columns import parse_raw
 
 if TYPE_CHECKING:
@@ -51,6 +65,28 @@ MIN_SM_FILL = 0.5
 # TF32 tiles, hipBLASLt "xf32"): an fp32 product running them is judged against the TF32 peak.
 _TF32_KERNEL = re.compile(r"tf32|xf32|s1688gemm|s16816gemm", re.IGNORECASE)
 MAX_INPUT_LINKS = 4  # input sizes kept per kernel for producer → consumer links
+
+# What a row's FLOPs and bytes rest on (the ``basis`` column).
+BASIS_OP_MODEL = "op-model"
+BASIS_TRITON = "triton-record"
+BASIS_TRITON_MEMORY = "triton-record-memory-only"
+BASIS_TEXT = {
+    BASIS_OP_MODEL: (
+        "FLOPs and bytes modelled from the launching op's recorded shapes and dtypes "
+        "(compulsory traffic: each input read once, each output written once)"
+    ),
+    BASIS_TRITON: (
+        "Triton launch record: bytes of the kernel's tensor arguments, each counted once (a lower bound on "
+        "its traffic when it reads an argument more than once, an upper bound when it touches only part of "
+        "one); FLOPs as the kernel declares them in launch_metadata; compute roof: the tensor-core peak of "
+        "its narrowest tensor dtype (fp32 at the TF32 rate, tl.dot's default)"
+    ),
+    BASIS_TRITON_MEMORY: (
+        "Triton launch record without declared FLOPs or without tensor dtypes: bytes of the kernel's tensor "
+        "arguments, each counted once (a lower bound on its traffic when it reads an argument more than once, "
+        "an upper bound when it touches only part of one), judged against the memory roof only"
+    ),
+}
 
 COLUMNS = [
     "name",
@@ -76,6 +112,7 @@ COLUMNS = [
     "roof_share",
     "bound",
     "fusible",
+    "basis",
     "out_numel",
     "out_bytes",
     *[f"in_numel_{i}" for i in range(MAX_INPUT_LINKS)],
@@ -96,6 +133,11 @@ class Roofline:
         """One row per modelled kernel (index: the kernel's row in ``trace.gpu``); see ``COLUMNS``."""
         return kernel_table(self._trace, self.peaks)
 
+    @cached_property
+    def launches(self) -> pd.DataFrame:
+        """One row per Triton launch record with bytes (index: the record's ``host`` row); see ``launch_table``."""
+        return launch_table(self._trace, self.peaks)
+
     def in_window(self, lo: int, hi: int) -> pd.DataFrame:
         """Rows of kernels that start inside ``[lo, hi)``."""
         k = self.kernels
@@ -109,10 +151,17 @@ def _empty() -> pd.DataFrame:
 def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
     """Build the per-kernel roofline table (vectorised; the op models run once per distinct op)."""
     k = trace.kernels
-    k = k[k["op"].to_numpy() >= 0]
+    op_col = k["op"].to_numpy()
+    # A kernel under a Triton launch record is the record's: its launching op already where the
+    # record is an op, the record around its launch call where torch < 2.2 wrote it as an annotation.
+    recs = triton_launches.kernels(trace)
+    if len(recs):
+        op_col = op_col.copy()
+        op_col[k.index.get_indexer(recs.index)] = recs["record"].to_numpy()
+    k = k[op_col >= 0]
+    op_rows = op_col[op_col >= 0]
     if not len(k):
         return _empty()
-    op_rows = k["op"].to_numpy()
     uops, inv = np.unique(op_rows, return_inverse=True)
     host = trace.host
     pos = host.index.get_indexer(uops)
@@ -130,7 +179,7 @@ def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
     if not modelled.any():
         return _empty()
     keep = modelled[inv]
-    k, inv = k[keep], inv[keep]
+    k, inv, op_rows = k[keep], inv[keep], op_rows[keep]
     # Per-kernel index into the distinct models (columns are built once per model, then gathered).
     m = back[inv]
     dur = k["dur_ns"].to_numpy().astype(np.float64)
@@ -142,7 +191,7 @@ def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
     nbytes = np.array([w.bytes if w else 0.0 for w in models])[m] * share
     op_class = np.array([w.op_class if w else "" for w in models], dtype=object)[m]
     dtype = np.array([w.dtype if w else "" for w in models], dtype=object)[m]
-    kind = np.where(np.isin(op_class, list(MATRIX_CLASSES)), "matrix", "vector").astype(object)
+    kind = np.where(np.isin(op_class, [*MATRIX_CLASSES, TRITON_CLASS]), "matrix", "vector").astype(object)
     out_numel = np.array([w.out_numel if w else 0 for w in models], dtype=np.int64)[m]
     out_bytes = np.array([w.out_bytes if w else 0.0 for w in models])[m]
     ins = np.full((len(models), MAX_INPUT_LINKS), -1, dtype=np.int64)
@@ -150,14 +199,31 @@ def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
         if w is not None and w.in_numels:
             n = min(MAX_INPUT_LINKS, len(w.in_numels))
             ins[i, :n] = w.in_numels[:n]
-    names = host["name"].to_numpy()[pos]
+    names = np.asarray(host["name"].to_numpy()[pos], dtype=object)
     blocks = (k["grid_x"].to_numpy() * k["grid_y"].to_numpy() * k["grid_z"].to_numpy()).astype(np.int64)
+    # ROCm traces give the grid of some kernels in blocks (PyTorch's own launches) and of others
+    # in work-items (hipExtModuleLaunchKernel: MIOpen, Tensile), so the block count is not known;
+    # a Triton launch record gives it in programs (blocks) on either platform.
+    grid_in_blocks = np.full(len(k), trace.platform != "rocm")
+    triton = op_class == TRITON_CLASS
+    if triton.any():
+        fields = [triton_launches.parse(str(n)) for n in names]
+        # The row names the kernel, not the launch: its grid and sizes vary from launch to launch.
+        names = np.array(
+            [n if f is None else triton_launches.PREFIX + f["kernel"] for f, n in zip(fields, names, strict=True)]
+        )
+        grids = np.array([[-1] * 3 if f is None else [f["grid_x"], f["grid_y"], f["grid_z"]] for f in fields])
+        rec_blocks = np.where((grids > 0).all(axis=1), grids.prod(axis=1), -1)[inv].astype(np.int64)
+        use = triton & (rec_blocks > 0) & ~grid_in_blocks
+        blocks = np.where(use, rec_blocks, blocks)
+        grid_in_blocks = grid_in_blocks | use
+    basis = np.array([_basis(w) for w in models], dtype=object)[m]
     secs = np.where(dur > 0, dur, np.nan) / 1e9
     df = pd.DataFrame(
         {
             "name": k["name"].to_numpy(),
-            "op": k["op"].to_numpy(),
-            "op_name": np.asarray(names, dtype=object)[inv],
+            "op": op_rows,
+            "op_name": names.astype(object)[inv],
             "op_class": op_class,
             "dtype": dtype,
             "kind": kind,
@@ -173,6 +239,7 @@ def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
             "achieved_tflops": flops / secs / 1e12,
             "achieved_gbs": nbytes / secs / 1e9,
             "fusible": np.isin(op_class, list(FUSIBLE_CLASSES)),
+            "basis": basis,
             "out_numel": out_numel,
             "out_bytes": out_bytes,
             **{f"in_numel_{i}": ins[m, i] for i in range(MAX_INPUT_LINKS)},
@@ -180,10 +247,88 @@ def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
         index=k.index,
     )
     df["name"] = pd.Categorical(df["name"])
-    # ROCm traces give the grid of some kernels in blocks (PyTorch's own launches) and of others
-    # in work-items (hipExtModuleLaunchKernel: MIOpen, Tensile), so the block count is not known.
-    _add_bounds(df, peaks, grid_in_blocks=trace.platform != "rocm")
+    _add_bounds(df, peaks, grid_in_blocks)
     return df[COLUMNS]
+
+
+LAUNCH_COLUMNS = [
+    "kernel",
+    "ts_ns",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "blocks",
+    "flops",
+    "bytes",
+    "intensity",
+    "dtype",
+    "kind",
+    "peak_tflops",
+    "peak_figure",
+    "roof_time_ns",
+    "bound",
+    "basis",
+]
+
+
+def launch_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
+    """The Triton launch records placed on the roofline by their own figures (no measured time).
+
+    One row per record that has bytes (index: its ``host`` row): the kernel, the record's grid
+    (-1: not recorded) and ``blocks``, ``flops`` (NaN: not declared), ``bytes``, ``intensity``,
+    the ``dtype`` and ``kind`` of its compute roof, ``peak_tflops``/``peak_figure``, the least time
+    the roof allows (``roof_time_ns``), ``bound`` and ``basis``, as in the kernel table. The bound
+    needs no measured time: compute or memory is which side of the ridge point the intensity
+    lies on, latency a roof time under the floor or a grid that leaves most SMs idle. What a GPU
+    kernel achieved (rates, share of roof) is the kernel table's; a CPU trace (``TRITON_INTERPRET``)
+    has records but no kernels, and the interpreter's CPU time says nothing about a GPU.
+    """
+    recs = triton_launches.launches(trace)
+    rows: list[Work] = []
+    if len(recs):
+        works: dict[tuple[int, int, str], Work | None] = {}  # one model per distinct (bytes, flops, types)
+        types = trace.host.loc[recs.index, "input_types"].to_numpy()
+        got: list[Work | None] = []
+        for nbytes, flops, raw in zip(recs["bytes"].to_numpy(), recs["flops"].to_numpy(), types, strict=True):
+            key = (int(nbytes), int(flops), raw if isinstance(raw, str) else "")
+            if key not in works:
+                works[key] = triton_work(key[0], key[1], parse_raw(raw))
+            got.append(works[key])
+        has = np.array([w is not None for w in got], dtype=bool)
+        recs, rows = recs[has], [w for w in got if w is not None]
+    if not len(recs):
+        return pd.DataFrame({c: [] for c in LAUNCH_COLUMNS})
+    flops = np.array([w.flops for w in rows])
+    nbytes = np.array([w.bytes for w in rows])
+    grid = recs[["grid_x", "grid_y", "grid_z"]].to_numpy()
+    df = pd.DataFrame(
+        {
+            "kernel": recs["kernel"].to_numpy(),
+            "name": pd.Categorical(recs["kernel"].to_numpy()),
+            "ts_ns": recs["ts_ns"].to_numpy(),
+            "grid_x": grid[:, 0],
+            "grid_y": grid[:, 1],
+            "grid_z": grid[:, 2],
+            "blocks": np.where((grid > 0).all(axis=1), grid.prod(axis=1), -1).astype(np.int64),
+            "flops": flops,
+            "bytes": nbytes,
+            "intensity": np.where(nbytes > 0, flops / np.where(nbytes > 0, nbytes, 1.0), np.nan),
+            "dtype": np.array([w.dtype for w in rows], dtype=object),
+            "kind": np.array([w.kind for w in rows], dtype=object),
+            "op_class": TRITON_CLASS,
+            "basis": np.array([_basis(w) for w in rows], dtype=object),
+            "dur_ns": np.zeros(len(recs)),  # no measured time: no share of roof
+        },
+        index=recs.index,
+    )
+    _add_bounds(df, peaks, np.ones(len(df), dtype=bool))  # a record's grid counts programs (blocks)
+    return df[LAUNCH_COLUMNS]
+
+
+def _basis(w: Work | None) -> str:
+    if w is None or w.op_class != TRITON_CLASS:
+        return BASIS_OP_MODEL
+    return BASIS_TRITON if w.dtype and not np.isnan(w.flops) else BASIS_TRITON_MEMORY
 
 
 def _op_works(
@@ -208,20 +353,21 @@ def _op_works(
     models: list[Work | None] = []
     for j in range(len(uniq)):
         p = pos[first_pos[j]]
+        name = str(host_names[uniq[j, 0]])
+        record = triton_launches.parse(name)
+        if record is not None:  # a Triton launch record: its own bytes and declared FLOPs
+            models.append(triton_work(int(record["bytes"]), int(record["flops"]), parse_raw(types_col[p])))
+            continue
         hint = str(kernel_names[uniq[j, 4]]) if uniq[j, 4] >= 0 else ""
-        models.append(
-            op_work(
-                str(host_names[uniq[j, 0]]),
-                parse_raw(dims_col[p]),
-                parse_raw(types_col[p]),
-                parse_raw(conc_col[p]),
-                hint,
-            )
-        )
+        models.append(op_work(name, parse_raw(dims_col[p]), parse_raw(types_col[p]), parse_raw(conc_col[p]), hint))
     return models, back
 
 
-def _add_bounds(df: pd.DataFrame, peaks: Peaks | None, grid_in_blocks: bool = True) -> None:
+def _add_bounds(df: pd.DataFrame, peaks: Peaks | None, grid_in_blocks: npt.NDArray[np.bool_]) -> None:
+    """``peak_tflops``, ``peak_figure``, ``roof_time_ns``, ``roof_share`` and ``bound`` of each row.
+
+    ``grid_in_blocks``: rows whose ``blocks`` count blocks (the SM-fill test applies to them).
+    """
     n = len(df)
     if peaks is None or not n:
         df["peak_tflops"] = np.full(n, np.nan)
@@ -235,6 +381,10 @@ def _add_bounds(df: pd.DataFrame, peaks: Peaks | None, grid_in_blocks: bool = Tr
     tf32 = tf32_cat[df["name"].cat.codes.to_numpy()] if len(cats) else np.zeros(n, dtype=bool)
     kind = df["kind"].to_numpy()
     dtype = df["dtype"].to_numpy()
+    # Triton's tl.dot computes fp32 operands in TF32 by default (input_precision="tf32").
+    tf32 = tf32 | ((df["op_class"].to_numpy() == TRITON_CLASS) & (dtype == "fp32"))
+    # Rows without a compute term: the memory roof is all there is (see the module docstring).
+    memory_only = df["basis"].to_numpy() == BASIS_TRITON_MEMORY
     combo = pd.MultiIndex.from_arrays([kind, dtype, tf32])
     codes, uniq = pd.factorize(combo)
     peak = np.full(len(uniq), np.nan)
@@ -243,20 +393,21 @@ def _add_bounds(df: pd.DataFrame, peaks: Peaks | None, grid_in_blocks: bool = Tr
         value, fig = peaks.compute_peak(str(kd), str(dt), bool(t))
         peak[j] = np.nan if value is None else value
         figure[j] = fig
-    peak_k = peak[codes]
+    peak_k = np.where(memory_only, np.nan, peak[codes])
     dur = df["dur_ns"].to_numpy().astype(np.float64)
-    compute_ns = df["flops"].to_numpy() / peak_k * 1e9
+    compute_ns = np.where(memory_only, 0.0, df["flops"].to_numpy() / peak_k * 1e9)
     memory_ns = df["bytes"].to_numpy() / peaks.bytes_per_s * 1e9
     roof = np.fmax(compute_ns, memory_ns)
-    side = np.where(compute_ns >= memory_ns, "compute", "memory").astype(object)
+    side = np.where((compute_ns >= memory_ns) & ~memory_only, "compute", "memory").astype(object)
     blocks = df["blocks"].to_numpy()
     sm = peaks.sm_count or 0
     few_blocks = (blocks > 0) & (sm > 0) & (blocks < MIN_SM_FILL * sm) & grid_in_blocks
     latency = (roof < LATENCY_FLOOR_NS) | few_blocks
     bound = np.where(latency, "latency", side).astype(object)
-    bound[np.isnan(peak_k)] = "unknown"
+    no_roof = np.isnan(peak_k) & ~memory_only
+    bound[no_roof] = "unknown"
     df["peak_tflops"] = peak_k / 1e12
-    df["peak_figure"] = figure[codes]
-    df["roof_time_ns"] = np.where(np.isnan(peak_k), np.nan, roof)
+    df["peak_figure"] = np.where(memory_only, "", figure[codes])
+    df["roof_time_ns"] = np.where(no_roof, np.nan, roof)
     df["roof_share"] = np.where(dur > 0, df["roof_time_ns"].to_numpy() / np.where(dur > 0, dur, 1.0), np.nan)
     df["bound"] = bound

@@ -12,18 +12,20 @@ only) are -1.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from traceadvisor.trace.model import Trace
+if TYPE_CHECKING:  # the roofline's view imports this module while rules load: keep it light
+    from traceadvisor.trace.model import Trace
 
 PREFIX = "triton::"
 _FIELD = re.compile(r"(\w+)=(\([^)]*\)|\S+)")
 COLUMNS = ["kernel", "grid_x", "grid_y", "grid_z", "bytes", "flops"]
 
 
-def parse(name: str) -> dict[str, object] | None:
+def parse(name: str) -> dict[str, Any] | None:
     """The fields of one record name, or None when ``name`` is not a Triton launch record.
 
     >>> parse("triton::add_kernel grid=(4,1,1) bytes=49152 flops=4096")["grid_x"]
@@ -34,7 +36,7 @@ def parse(name: str) -> dict[str, object] | None:
     head, _, rest = name[len(PREFIX) :].partition(" ")
     if not head:
         return None
-    out: dict[str, object] = {"kernel": head, "grid_x": -1, "grid_y": -1, "grid_z": -1, "bytes": -1, "flops": -1}
+    out: dict[str, Any] = {"kernel": head, "grid_x": -1, "grid_y": -1, "grid_z": -1, "bytes": -1, "flops": -1}
     for key, value in _FIELD.findall(rest):
         if key == "grid":
             dims = [d.strip() for d in value.strip("()").split(",")]
@@ -55,6 +57,8 @@ def launches(trace: Trace) -> pd.DataFrame:
     names = host["name"].astype("category")
     # Parse each distinct name once: a record's name repeats for every launch of the same shape.
     fields = {c: p for c in names.cat.categories.astype(str) if c.startswith(PREFIX) and (p := parse(c)) is not None}
+    if not fields:
+        return _empty()
     mask = names.isin(list(fields)).to_numpy()
     rows = host[mask]
     if not len(rows):
