@@ -658,6 +658,16 @@ def test_step_on_rewrites_only_module_level_bindings() -> None:
         parse("a.b.c")
 
 
+def test_capture_modules_import_without_torch() -> None:
+    code = (
+        "import sys, traceadvisor.capture.command, traceadvisor.capture.session, traceadvisor.capture.target,"
+        "traceadvisor.capture.runinfo, traceadvisor.capture.window, traceadvisor.capture.hooks;"
+        "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_step_marker_is_a_no_op_outside_capture() -> None:
     code = "import sys, traceadvisor; traceadvisor.step(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -237,7 +237,7 @@ def _run(
     if analyze and files and rank == 0:
         analysis_code = _analyze([f.path for f in files], fmt, output, select, ignore)
     elif analyze and files:
-        sys.stderr.write(f"traceadvisor: rank {rank}: not analysing; rank 0 reports (traceadvisor analyze {folder})\n")
+        sys.stderr.write(f"traceadvisor: rank {rank}: not analysing; rank 0 prints the report\n")
     if outcome.code:
         return outcome.code
     if not session.files:

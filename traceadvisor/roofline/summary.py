@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from traceadvisor.roofline.view import BASIS_TEXT
 from traceadvisor.trace.model import Trace
 
 TOP_KERNELS = 10
@@ -29,6 +30,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "modelled_pct": 0.0,
         "by_bound": [],
         "top_kernels": [],
+        "bases": {},
     }
     if not len(trace.kernels):
         return out
@@ -55,6 +57,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         if b in by.index
     ]
     out["top_kernels"] = top_kernels(k, kernel_ns)
+    # What the figures of the kernels shown rest on (op models, Triton launch records).
+    out["bases"] = {b: BASIS_TEXT[b] for b in dict.fromkeys(t["basis"] for t in out["top_kernels"])}
     return out
 
 
@@ -66,6 +70,8 @@ def top_kernels(k: pd.DataFrame, kernel_ns: int, n: int = TOP_KERNELS) -> list[d
         count=("dur_ns", "size"),
         dur=("dur_ns", "sum"),
         flops=("flops", "sum"),
+        flops_n=("flops", "count"),  # 0: no FLOPs known (a Triton kernel that declares none)
+        basis=("basis", "first"),
         nbytes=("bytes", "sum"),
         roof=("roof_time_ns", "sum"),
         roof_n=("roof_time_ns", "count"),
@@ -89,15 +95,16 @@ def top_kernels(k: pd.DataFrame, kernel_ns: int, n: int = TOP_KERNELS) -> list[d
                 "count": int(r["count"]),
                 "time_us": int(r["dur"]) / 1000.0,
                 "share_pct": _pct(int(r["dur"]), kernel_ns),
-                "gflop": float(r["flops"]) / 1e9,
+                "gflop": float(r["flops"]) / 1e9 if r["flops_n"] else None,
                 "mbytes": float(r["nbytes"]) / 1e6,
-                "intensity": _num(r["flops"] / r["nbytes"]) if r["nbytes"] > 0 else None,
-                "achieved_tflops": _num(r["flops"] / secs / 1e12) if secs > 0 else None,
+                "intensity": _num(r["flops"] / r["nbytes"]) if r["nbytes"] > 0 and r["flops_n"] else None,
+                "achieved_tflops": _num(r["flops"] / secs / 1e12) if secs > 0 and r["flops_n"] else None,
                 "achieved_gbs": _num(r["nbytes"] / secs / 1e9) if secs > 0 else None,
                 "peak_tflops": _num(r["peak"]),
                 "peak_figure": str(r["figure"]) or None,
                 "roof_pct": _num(100.0 * r["roof"] / r["dur"]) if r["dur"] > 0 and r["roof_n"] else None,
                 "bound": str(main_bound[(name, op, dtype)]),
+                "basis": str(r["basis"]),
             }
         )
     return out

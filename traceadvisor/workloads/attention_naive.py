@@ -13,7 +13,8 @@ take most of the layer's GPU time although the projections do comparable FLOPs. 
 faster matmul but not writing the matrix at all: ``F.scaled_dot_product_attention``.
 
 ## What analyze should say
-The annotation table names ``scores`` as the bottleneck (with ``softmax`` next) and advises
+The annotation table names ``scores`` or ``softmax`` as the bottleneck (the two passes over the
+seq × seq matrix; which is larger depends on the GPU: softmax took 42% on an H200) and advises
 ``scaled_dot_product_attention``; the unfused-attention rule (OP101, needs ``record_shapes``)
 fires on the bmm → softmax → bmm chain. Compare with the ``attention-sdpa`` workload's trace.
 """
