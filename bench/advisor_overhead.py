@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=float, default=0.25, help="seconds per running/paused block (process mode)")
     ap.add_argument("--min-steps", type=int, default=50, help="fewest idle steps per round")
     ap.add_argument("--phase-cap", type=float, default=20.0, help="longest busy phase (s)")
-    ap.add_argument("--max-seconds", type=float, default=170.0, help="time budget of the whole run (s)")
+    ap.add_argument("--max-seconds", type=float, default=150.0, help="time budget of the whole run (s)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 

@@ -20,10 +20,11 @@ Peak memory: every measured command is a direct child of this runner, started wi
 subprocess.Popen and reaped with os.wait4(pid), which returns the rusage of that one
 child (Linux: ru_maxrss = peak RSS of the child, or of a descendant it waited for, in
 KiB). traceadvisor reads large traces with two processes at once, and ru_maxrss is a
-maximum over processes, not a sum; so a sampler thread also sums the PSS (proportional set
-size: shared pages split between the processes sharing them) of the process and all its
-descendants every 5 ms, and the peak reported is the larger of the two. It includes the
-interpreter and imports.
+maximum over processes, not a sum; so a sampler thread also sums the RSS of the process and
+all its descendants (/proc/PID/statm, every 20 ms; pages shared by a forked child are counted
+in both, so the sum errs high), and the peak reported is the larger of the two. It includes
+the interpreter and imports. (PSS from smaps_rollup would split shared pages fairly, but
+reading it walks the page tables and costs a core on multi-GB processes.)
 
 Reported: median over --repeat runs. MB = 10**6 bytes everywhere. The page cache is warmed
 (each file read once) before measuring, so all figures are warm-cache.
@@ -117,7 +118,7 @@ def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> dict:
         timer = threading.Timer(timeout, _kill)
         timer.start()
         tree_peak = [0]
-        sampler = threading.Thread(target=_sample_tree_pss, args=(p.pid, done, tree_peak), daemon=True)
+        sampler = threading.Thread(target=_sample_tree_rss, args=(p.pid, done, tree_peak), daemon=True)
         sampler.start()
         try:
             _, status, ru = os.wait4(p.pid, 0)
@@ -141,7 +142,7 @@ def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> dict:
         "wall_s": wall,
         "peak_rss_bytes": max(ru.ru_maxrss * 1024, tree_peak[0]),  # Linux: KiB
         "maxrss_bytes": ru.ru_maxrss * 1024,
-        "tree_pss_peak_bytes": tree_peak[0],
+        "tree_rss_peak_bytes": tree_peak[0],
         "user_s": ru.ru_utime,
         "sys_s": ru.ru_stime,
     }
@@ -160,27 +161,27 @@ def _tree(pid: int) -> list[int]:
         p = todo.pop()
         out.append(p)
         try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                todo.extend(int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split())
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
         except (OSError, ValueError):
             pass
     return out
 
 
-def _pss(pid: int) -> int:
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss(pid: int) -> int:
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return 0
 
 
-def _sample_tree_pss(pid: int, done: threading.Event, peak: list[int]) -> None:
+def _sample_tree_rss(pid: int, done: threading.Event, peak: list[int]) -> None:
     while not done.is_set():
-        peak[0] = max(peak[0], sum(_pss(p) for p in _tree(pid)))
-        done.wait(0.005)
+        peak[0] = max(peak[0], sum(_rss(p) for p in _tree(pid)))
+        done.wait(0.02)
 
 
 def _check_report(path: Path) -> tuple[int | None, str | None]:
@@ -279,9 +280,9 @@ def ensure_traces(python: str, sizes: list[int], cache_dir: Path, source: str | 
     traces = {}
     for size in sizes:
         markers = list(cache_dir.glob(f"*.{size}MB.json.marker"))
-        if source:
-            stem = Path(source).name.split(".")[0]
-            markers = [m for m in markers if m.name.startswith(stem + ".")]
+        # Other benchmarks (rules_shapes_bench.py) keep their own replicated traces in the cache.
+        stem = Path(source).name.split(".")[0] if source else "nccl_data"
+        markers = [m for m in markers if m.name.startswith(stem + ".")]
         if len(markers) != 1:
             raise SystemExit(f"cannot find the trace for {size} MB in {cache_dir}")
         marker = json.loads(markers[0].read_text())

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Triton kernels in the tests run in the interpreter, on any machine: Triton reads the flag when it is
+# first imported, and on a CUDA machine importing torch may import Triton before any test runs.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 EXTERNAL_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "external-traces"
 
@@ -22,8 +27,6 @@ def external_traces() -> Path:
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Device profiles saved by ``traceadvisor calibrate`` on this machine must not change the
     peaks the tests see: every test runs with an empty ``TRACEADVISOR_HOME``."""
-    import os
-
     home = tmp_path_factory.mktemp("traceadvisor-home")
     old = os.environ.get("TRACEADVISOR_HOME")
     os.environ["TRACEADVISOR_HOME"] = str(home)

@@ -127,7 +127,7 @@ def test_training_script_stepped_by_its_optimizer(tmp_path: Path) -> None:
     assert record["schedule"] == {"skip_first": 1, "wait": 0, "warmup": 1, "active": 3, "repeat": 2}
     assert record["flags"]["record_shapes"] and record["flags"]["with_stack"]
     assert record["versions"]["torch"] == torch.__version__
-    assert record["activities"] == ["cpu"]
+    assert record["activities"] == (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     assert record["target"] == {"kind": "script", "name": "train.py", "args": ["10", "--active", "9"]}
 
     # The deferred step: every Optimizer.step annotation lies inside one ProfilerStep (trace-format §10.4).

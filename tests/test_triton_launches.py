@@ -246,12 +246,8 @@ def test_kernels_join_their_records_by_launching_op_or_by_time(tmp_path: Path) -
 def test_capture_with_the_hooks_writes_records_into_its_trace(tmp_path: Path) -> None:
     pytest.importorskip("traceadvisor.capture.session")
     out = tmp_path / "run"
-    code = (
+    code = (  # every capture records Triton launches (capture/session.py registers the hooks)
         "import sys\n"
-        "from traceadvisor.capture import session\n"
-        "from traceadvisor.workloads import triton_hooks\n"
-        "if triton_hooks.capture_context not in session.extra_contexts:\n"
-        "    session.extra_contexts.append(triton_hooks.capture_context)\n"
         "from traceadvisor.cli import main\n"
         f"sys.argv = ['traceadvisor', 'capture', '--out', {str(out)!r}, '--no-analyze', '--no-with-stack',\n"
         "            '--workload', 'vector-add', '--steps', '14', '--n', '2048']\n"

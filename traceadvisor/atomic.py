@@ -17,6 +17,7 @@ def write_bytes(path: str | Path, data: bytes) -> None:
         return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a written file follows the umask as open() would
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -25,3 +26,13 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once, at import: setting the umask to read it races with threads that create files.
+_UMASK = _read_umask()

@@ -37,6 +37,17 @@ from traceadvisor.capture.window import TimeWindow
 
 extra_contexts: list[Callable[[CaptureSession], AbstractContextManager[Any]]] = []
 
+
+def _triton_launch_records(session: CaptureSession) -> AbstractContextManager[Any]:
+    # Every capture records Triton launches (kernel, grid, argument bytes) so the roofline covers
+    # custom Triton kernels; the hooks install only once the program imports triton.
+    from traceadvisor.workloads import triton_hooks
+
+    return triton_hooks.capture_context(session)
+
+
+extra_contexts.append(_triton_launch_records)
+
 # zlib's default level: within ~10% of the smallest size at a third of level 9's time. The write runs
 # inside the prof.step() that closes the window, so it stalls that one training step.
 _GZIP_LEVEL = 6

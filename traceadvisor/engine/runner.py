@@ -62,7 +62,7 @@ def run(rules: Sequence[Rule], traces: Sequence[Trace]) -> RunResult:
     for trace in traces:
         caps = trace_capabilities(trace, rank_count=len(traces))
         for rule in rules:
-            missing = [c for c in type(rule).requires if c not in caps]
+            missing = sorted((c for c in type(rule).requires if c not in caps), key=lambda c: c.value)
             if missing:
                 result.skipped.append(
                     {

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+# The run record ``traceadvisor capture`` writes beside its traces: not a trace.
+_RUN_RECORD = re.compile(r"run(-rank\d+)?\.json")
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
@@ -26,7 +28,11 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
         p = Path(raw)
         try:
             if p.is_dir():
-                found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+                found = sorted(
+                    f
+                    for f in p.iterdir()
+                    if f.is_file() and f.name.endswith((".json", ".json.gz")) and not _RUN_RECORD.fullmatch(f.name)
+                )
                 if not found:
                     raise TraceError(f"{p}: directory has no .json or .json.gz trace files")
                 out.extend(found)
