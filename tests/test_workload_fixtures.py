@@ -21,7 +21,7 @@ TRACES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
 # GPU run used: bench/gpu_workloads.py defaults)
 TRITON = {
     "vector_add": ("add_kernel", 3 * (1 << 26) * 4),  # x, y, out: 2^26 fp32 each
-    "softmax": ("softmax_kernel", 2 * 8192 * 8192 * 2),  # in and out: 8192 x 8192 fp16
+    "softmax": ("softmax_kernel", 2 * 8192 * 4096 * 4),  # in and out: 8192 x 4096 fp32
     "matmul": ("matmul_kernel", 3 * 8192 * 8192 * 2),  # a, b, c: 8192 x 8192 fp16
 }
 

@@ -21,7 +21,8 @@ def _ms(us_value: float) -> str:
 def render(report: Report, width: int = 120, color: bool = False) -> str:
     """The report as text; ``color`` adds ANSI styles (for a terminal)."""
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
+    # markup off: messages quote config tables such as [tool.traceadvisor.gpu], which rich would eat
+    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False, markup=False)
     for t in report.traces:
         _trace(console, t)
     _findings(console, report)
@@ -39,7 +40,7 @@ def _trace(console: Console, t: dict[str, Any]) -> None:
         f"({_ms(t['gpu_busy_us'])}), idle {_ms(t['gpu_idle_us'])}, {t['kernel_count']} kernels"
     )
     for w in t.get("warnings", []):
-        console.print(f"  [yellow]warning:[/yellow] {w}", markup=True)
+        console.print(Text.assemble("  ", ("warning:", "yellow"), f" {w}"))
     if t["steps"]:
         tab = Table(title=None, box=None, pad_edge=False, show_edge=False)
         for col in ("step", "CPU time", "GPU time", "GPU busy"):
@@ -105,7 +106,7 @@ def _findings(console: Console, report: Report) -> None:
     for s in report.skipped:
         console.print(f"skipped {s['rule']}: {s['reason']}")
     for e in report.errors:
-        console.print(f"[red]rule error[/red] {e['rule']}: {e['error']}", markup=True)
+        console.print(Text.assemble(("rule error", "red"), f" {e['rule']}: {e['error']}"))
 
 
 _ROOFLINE_DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")

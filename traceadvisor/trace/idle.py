@@ -3,7 +3,7 @@
 A gap is an interval inside the analysis window where no kernel, memcpy or memset ran on the
 device (all streams merged). The *next work* is the GPU record that ends the gap; its launch
 call tells which host thread had to issue it and when. Causes, in priority order (the first that
-applies wins, so no gap is counted twice; the README section "Idle attribution" has the reasoning):
+applies wins, so no gap is counted twice; docs/idle-attribution.md has the reasoning):
 
 1. ``launch_latency``: the gap is at most ``LAUNCH_LATENCY_NS``: the GPU's own cost of starting
    the next piece of work;
