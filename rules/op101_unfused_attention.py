@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
 from typing import Any
@@ -12,7 +12,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, evidence_from, location_of, parse_raw
+from traceadvisor.rules_api import (
+    Capability,
+    category_mask,
+    evidence_from,
+    location_of,
+    parse_raw,
+    signature_codes,
+)
 
 SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
 SOFTMAX_BWD_OPS = {"aten::_softmax_backward_data"}
@@ -39,24 +46,6 @@ def _peak(trace: Trace, dtype: str) -> float | None:
     if dtype in ("bf16", "fp16"):
         return f.get(dtype) or f.get("fp16")
     return f.get("tf32") or f.get("fp32")
-
-
-def category_mask(names: pd.Series, hit: Callable[[pd.Series], pd.Series]) -> npt.NDArray[np.bool_]:
-    """``hit`` (a test on a string Series) applied to a categorical column: evaluated once per
-    distinct name, then spread to the rows. Rows without a name are ``False``."""
-    cats = pd.Series(names.cat.categories.astype(str))
-    per_cat = np.append(np.asarray(hit(cats), dtype=bool), False)  # code -1 (no name) → the last slot
-    return np.asarray(per_cat[names.cat.codes.to_numpy()], dtype=bool)
-
-
-def signature_codes(host: pd.DataFrame, pos: npt.NDArray[np.intp], cols: Sequence[str]) -> npt.NDArray[np.intp]:
-    """For host rows at positions ``pos``: the index of each row's distinct (name, *cols) signature,
-    numbered in order of first appearance."""
-    parts = [host["name"].cat.codes.to_numpy()[pos].astype(np.int64)]
-    for col in cols:
-        parts.append(pd.factorize(host[col].to_numpy()[pos], use_na_sentinel=False)[0].astype(np.int64))
-    key = pd.MultiIndex.from_arrays(parts)
-    return np.asarray(pd.factorize(key)[0], dtype=np.intp)
 
 
 def op_names(host: pd.DataFrame, pos: npt.NDArray[np.intp]) -> list[str]:

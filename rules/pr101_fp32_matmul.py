@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
-import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
 from traceadvisor.roofline.models import op_work
-from traceadvisor.rules_api import Capability, evidence_from, location_of, parse_raw
+from traceadvisor.rules_api import (
+    Capability,
+    category_mask,
+    evidence_from,
+    location_of,
+    parse_raw,
+    signature_codes,
+)
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 # Non-tensor-core fp32 GEMM families: cuBLAS/CUTLASS SIMT SGEMM, gemv, and the sm80 xmma "ffma"
@@ -43,25 +48,6 @@ def _peaks(trace: Trace) -> tuple[float, float] | None:
     if not fp32 or not tf32:
         return None
     return fp32, tf32
-
-
-def category_mask(names: pd.Series, hit: Callable[[pd.Series], pd.Series]) -> npt.NDArray[np.bool_]:
-    """``hit`` (a test on a string Series) applied to a categorical column: evaluated once per
-    distinct name, then spread to the rows (kernel names are long templates: a regex per row costs
-    seconds on a large trace). Rows without a name are ``False``."""
-    cats = pd.Series(names.cat.categories.astype(str))
-    per_cat = np.append(np.asarray(hit(cats), dtype=bool), False)  # code -1 (no name) → the last slot
-    return np.asarray(per_cat[names.cat.codes.to_numpy()], dtype=bool)
-
-
-def signature_codes(host: pd.DataFrame, pos: npt.NDArray[np.intp], cols: Sequence[str]) -> npt.NDArray[np.intp]:
-    """For host rows at positions ``pos``: the index of each row's distinct (name, *cols) signature,
-    numbered in order of first appearance."""
-    parts = [host["name"].cat.codes.to_numpy()[pos].astype(np.int64)]
-    for col in cols:
-        parts.append(pd.factorize(host[col].to_numpy()[pos], use_na_sentinel=False)[0].astype(np.int64))
-    key = pd.MultiIndex.from_arrays(parts)
-    return np.asarray(pd.factorize(key)[0], dtype=np.intp)
 
 
 def _sig_model(name: str, dims_raw: Any, types_raw: Any) -> tuple[bool, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,7 +10,7 @@ import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
 from traceadvisor.roofline.view import LATENCY_FLOOR_NS, MAX_INPUT_LINKS
-from traceadvisor.rules_api import Capability, Evidence, location_of, parse_raw
+from traceadvisor.rules_api import Capability, Evidence, category_mask, location_of, parse_raw
 
 _CLASS_WORDS = {
     "elementwise": "pointwise",
@@ -200,7 +200,7 @@ def _inside(trace: Trace, op_rows: np.ndarray, prefix: str) -> np.ndarray:
     """Whether each host op lies inside an annotation whose name starts with ``prefix`` (same thread)."""
     out = np.zeros(len(op_rows), dtype=bool)
     ann = trace.annotations
-    ann = ann[_name_mask(ann["name"], lambda names: names.str.startswith(prefix))]
+    ann = ann[category_mask(ann["name"], lambda names: names.str.startswith(prefix))]
     if not len(ann) or not len(op_rows):
         return out
     host = trace.host
@@ -225,25 +225,15 @@ _MIN_SEQ = 128
 def _score_numels(trace: Trace) -> set[int]:
     """Element counts of materialized attention score matrices (softmax over [..., L, S], L, S ≥ 128)."""
     names = trace.ops["name"]
-    if _name_mask(names, lambda n: n.str.contains("|".join(_FUSED_ATTENTION))).any():
+    if category_mask(names, lambda n: n.str.contains("|".join(_FUSED_ATTENTION))).any():
         return set()
     out: set[int] = set()
-    for raw in trace.ops.loc[_name_mask(names, lambda n: n.isin(_SOFTMAX)), "input_dims"].unique():
+    for raw in trace.ops.loc[category_mask(names, lambda n: n.isin(_SOFTMAX)), "input_dims"].unique():
         dims = parse_raw(raw)
         shape = dims[0] if isinstance(dims, list) and dims else None
         if isinstance(shape, list) and len(shape) >= 3 and shape[-1] >= _MIN_SEQ and shape[-2] >= _MIN_SEQ:
             out.add(int(np.prod(shape)))
     return out
-
-
-def _name_mask(names: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
-    """``test`` on each distinct name of a categorical column, spread to its rows (names repeat a lot)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        cats = pd.Series(names.cat.categories.astype(str))
-        hit = np.asarray(test(cats).to_numpy(), dtype=bool)
-        codes = names.cat.codes.to_numpy()
-        return np.where(codes >= 0, hit[np.maximum(codes, 0)], False) if len(hit) else np.zeros(len(names), bool)
-    return np.asarray(test(names.astype(str)).to_numpy(), dtype=bool)
 
 
 def fusion_chains(trace: Trace, k: pd.DataFrame, max_gap_ns: float) -> pd.DataFrame:

@@ -35,3 +35,26 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ.pop("TRACEADVISOR_HOME", None)
     else:
         os.environ["TRACEADVISOR_HOME"] = old
+
+
+@pytest.fixture
+def one_intra_op_thread() -> Iterator[None]:
+    """Tiny models on a busy 2-core machine: OpenMP threads spin at barriers while others hold the
+    cores, which swamps the planted input stage with noise; one thread keeps step times sane.
+    The in-loop advisor tests (test_advisor, test_integrations) use it for every test."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def rules_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ``--rules-dir`` folder holding the user rule of tests/test_advisor.py (``CPU_INPUT_RULE``)."""
+    from test_advisor import CPU_INPUT_RULE
+
+    folder = tmp_path_factory.mktemp("user_rules")
+    (folder / "usr101_cpu_input_bound.py").write_text(CPU_INPUT_RULE)
+    return folder

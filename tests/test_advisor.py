@@ -92,23 +92,7 @@ class CpuInputBound(Rule):
 '''
 
 
-@pytest.fixture(autouse=True)
-def one_intra_op_thread() -> Iterator[None]:
-    """Tiny models on a busy 2-core machine: OpenMP threads spin at barriers while others hold the
-    cores, which swamps the planted input stage with noise; one thread keeps step times sane."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def rules_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("user_rules")
-    (folder / "usr101_cpu_input_bound.py").write_text(CPU_INPUT_RULE)
-    return folder
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # see tests/conftest.py
 
 
 def slow_loader(batches: int = 10_000, spin: int = 40_000) -> Any:

@@ -8,39 +8,19 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_advisor import CPU_INPUT_RULE
 
 from traceadvisor.advisor import AdvisorFindingsError, AdvisorReport
 
 pl = pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # see tests/conftest.py
 
 # Profile steps 2-4 (skip 1, warm up 1, record 3).
 WINDOW = {"skip_first": 1, "wait": 0, "warmup": 1, "active": 3}
-
-
-@pytest.fixture(autouse=True)
-def one_intra_op_thread() -> Iterator[None]:
-    """Tiny models on a busy 2-core machine: OpenMP threads spin at barriers while others hold the
-    cores, which swamps the planted input stage with noise; one thread keeps step times sane."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def rules_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("user_rules")
-    (folder / "usr101_cpu_input_bound.py").write_text(CPU_INPUT_RULE)
-    return folder
 
 
 class SpinItems:

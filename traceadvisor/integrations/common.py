@@ -37,6 +37,56 @@ class CallbackOptions:
     advisor: dict[str, Any] = field(default_factory=dict)  # select, ignore, fail_on, mode, tensorboard, ...
 
 
+class ProfilingCallback:
+    """What both framework callbacks share: their options (a ``Window``, profiler and ``Advisor``
+    options), the ``log_metrics`` switch and the running session. The framework's hooks and the
+    arguments documentation are in the subclasses (``lightning``, ``transformers``)."""
+
+    def __init__(
+        self,
+        out_dir: str | Path | None = None,
+        *,
+        skip_first: int = 10,
+        wait: int = 1,
+        warmup: int = 2,
+        active: int = 5,
+        repeat: int = 1,
+        on_findings: Callable[[AdvisorReport], object] | Iterable[Callable[[AdvisorReport], object]] | None = None,
+        log_metrics: bool = True,
+        analyze_all_ranks: bool = False,
+        activities: list[Any] | None = None,
+        record_shapes: bool = True,
+        with_stack: bool = True,
+        profile_memory: bool = False,
+        with_modules: bool = False,
+        close_timeout: float = 60.0,
+        **advisor_options: Any,
+    ) -> None:
+        super().__init__()
+        self.options = CallbackOptions(
+            out_dir=out_dir,
+            window=Window(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat),
+            on_findings=on_findings,
+            analyze_all_ranks=analyze_all_ranks,
+            close_timeout=close_timeout,
+            profiler={
+                "activities": activities,
+                "record_shapes": record_shapes,
+                "with_stack": with_stack,
+                "profile_memory": profile_memory,
+                "with_modules": with_modules,
+            },
+            advisor=advisor_options,
+        )
+        self.log_metrics = log_metrics
+        self.session: TrainingProfiler | None = None
+
+    @property
+    def reports(self) -> list[AdvisorReport]:
+        """The reports delivered so far (on the reporting rank)."""
+        return list(self.session.advisor.reports) if self.session is not None else []
+
+
 class TrainingProfiler:
     """One profiling session over a framework's training loop: started at train start, stepped
     at each optimizer step, finished at train end (or on an exception)."""

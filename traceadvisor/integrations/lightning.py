@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from traceadvisor.advisor.advisor import logger
-from traceadvisor.advisor.profiling import Window
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.errors import UsageError
-from traceadvisor.integrations.common import CallbackOptions, TrainingProfiler
+from traceadvisor.integrations.common import ProfilingCallback, TrainingProfiler
 
 PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 
 
-class _LightningAdvisor:
+class _LightningAdvisor(ProfilingCallback):
     """The callback's behaviour; ``callback_class`` mixes it into the framework's ``Callback``.
 
     Arguments:
@@ -50,56 +48,12 @@ class _LightningAdvisor:
         close_timeout: seconds to wait for analyses at the end of training.
     """
 
-    def __init__(
-        self,
-        out_dir: str | Path | None = None,
-        *,
-        skip_first: int = 10,
-        wait: int = 1,
-        warmup: int = 2,
-        active: int = 5,
-        repeat: int = 1,
-        on_findings: Callable[[AdvisorReport], object] | Iterable[Callable[[AdvisorReport], object]] | None = None,
-        log_metrics: bool = True,
-        analyze_all_ranks: bool = False,
-        activities: list[Any] | None = None,
-        record_shapes: bool = True,
-        with_stack: bool = True,
-        profile_memory: bool = False,
-        with_modules: bool = False,
-        close_timeout: float = 60.0,
-        **advisor_options: Any,
-    ) -> None:
-        super().__init__()
-        self.options = CallbackOptions(
-            out_dir=out_dir,
-            window=Window(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat),
-            on_findings=on_findings,
-            analyze_all_ranks=analyze_all_ranks,
-            close_timeout=close_timeout,
-            profiler={
-                "activities": activities,
-                "record_shapes": record_shapes,
-                "with_stack": with_stack,
-                "profile_memory": profile_memory,
-                "with_modules": with_modules,
-            },
-            advisor=advisor_options,
-        )
-        self.log_metrics = log_metrics
-        self.session: TrainingProfiler | None = None
-        self._trainer: Any = None
-
     _package: str = ""
+    _trainer: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The class is made at run time, so pickle cannot find it by name; rebuild it instead.
         return (_rebuild, (self._package,), {**self.__dict__, "session": None, "_trainer": None})
-
-    @property
-    def reports(self) -> list[AdvisorReport]:
-        """The reports delivered so far (on rank 0)."""
-        return list(self.session.advisor.reports) if self.session is not None else []
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._trainer = trainer

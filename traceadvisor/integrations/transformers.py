@@ -22,18 +22,17 @@ writes its trace and the main process (``state.is_world_process_zero``) analyses
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from traceadvisor.advisor.advisor import logger
-from traceadvisor.advisor.profiling import DEFAULT_OUT_DIR, Window
+from traceadvisor.advisor.profiling import DEFAULT_OUT_DIR
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.errors import UsageError
-from traceadvisor.integrations.common import CallbackOptions, TrainingProfiler
+from traceadvisor.integrations.common import ProfilingCallback, TrainingProfiler
 
 
-class _TransformersAdvisor:
+class _TransformersAdvisor(ProfilingCallback):
     """The callback's behaviour; mixed into ``transformers.TrainerCallback`` on first use.
 
     Arguments:
@@ -49,46 +48,11 @@ class _TransformersAdvisor:
         close_timeout: seconds to wait for analyses at the end of training.
     """
 
-    def __init__(
-        self,
-        out_dir: str | Path | None = None,
-        *,
-        skip_first: int = 10,
-        wait: int = 1,
-        warmup: int = 2,
-        active: int = 5,
-        repeat: int = 1,
-        on_findings: Callable[[AdvisorReport], object] | Iterable[Callable[[AdvisorReport], object]] | None = None,
-        trainer: Any = None,
-        log_metrics: bool = True,
-        analyze_all_ranks: bool = False,
-        activities: list[Any] | None = None,
-        record_shapes: bool = True,
-        with_stack: bool = True,
-        profile_memory: bool = False,
-        with_modules: bool = False,
-        close_timeout: float = 60.0,
-        **advisor_options: Any,
-    ) -> None:
-        self.options = CallbackOptions(
-            out_dir=out_dir,
-            window=Window(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat),
-            on_findings=on_findings,
-            analyze_all_ranks=analyze_all_ranks,
-            close_timeout=close_timeout,
-            profiler={
-                "activities": activities,
-                "record_shapes": record_shapes,
-                "with_stack": with_stack,
-                "profile_memory": profile_memory,
-                "with_modules": with_modules,
-            },
-            advisor=advisor_options,
-        )
+    _state: Any = None
+
+    def __init__(self, out_dir: str | Path | None = None, *, trainer: Any = None, **options: Any) -> None:
+        super().__init__(out_dir, **options)
         self.trainer = trainer
-        self.log_metrics = log_metrics
-        self.session: TrainingProfiler | None = None
-        self._state: Any = None
 
     @classmethod
     def attach(cls, trainer: Any, **options: Any) -> Any:
@@ -101,11 +65,6 @@ class _TransformersAdvisor:
         """Log metrics through ``trainer.log`` from now on; returns the callback."""
         self.trainer = trainer
         return self
-
-    @property
-    def reports(self) -> list[AdvisorReport]:
-        """The reports delivered so far (in the main process)."""
-        return list(self.session.advisor.reports) if self.session is not None else []
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._state = state
