@@ -204,6 +204,8 @@ def test_keyboard_interrupt_gives_130_and_keeps_traces(tmp_path: Path) -> None:
         tmp_path / "interrupted.py",
         """
         import os, signal, torch
+        # A job started in the background inherits SIGINT ignored: make Ctrl-C raise, as in a terminal.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         m = torch.nn.Linear(4, 4); o = torch.optim.SGD(m.parameters(), lr=0.1)
         for i in range(10):
             m(torch.randn(2, 4)).sum().backward(); o.step()
