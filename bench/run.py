@@ -105,7 +105,7 @@ def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> dict:
         killed = threading.Event()
         done = threading.Event()
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True)
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True, env=_CHILD_ENV)
 
         def _kill():
             if not done.is_set():
@@ -152,6 +152,11 @@ def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> dict:
     if p.returncode != 0:
         res["stderr_tail"] = (stderr or stdout)[-2000:]
     return res
+
+
+# Measured commands run as on a user's machine, where Python caches compiled modules: a sandbox's
+# PYTHONDONTWRITEBYTECODE=1 would make every run recompile traceadvisor's and the rules' sources.
+_CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _tree(pid: int) -> list[int]:
