@@ -23,6 +23,13 @@ EXTERNAL = ROOT.parent / "shared" / "external-traces"
 SERIAL = 1 << 62  # a min_bytes no file reaches: one process
 
 
+@pytest.fixture(autouse=True)
+def _python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the Python path's two-process split: the native decoder, which reads
+    first where it is built, stays out of the way (tests/test_native.py covers it)."""
+    monkeypatch.setenv("TRACEADVISOR_NATIVE", "0")
+
+
 def _plain(src: Path, tmp_path: Path) -> Path:
     """An uncompressed copy (the split is for uncompressed files)."""
     out = tmp_path / src.name.removesuffix(".gz")

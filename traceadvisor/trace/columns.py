@@ -143,7 +143,8 @@ def _int(v: Any) -> int:
     if isinstance(v, str):
         s = v.strip()
         try:
-            return int(s, 16) if s.lower().startswith("0x") else int(float(s))
+            n = int(s, 16) if s.lower().startswith("0x") else int(float(s))
+            return n if -(2**63) <= n < 2**63 else -1
         except (ValueError, OverflowError):
             return -1
     return -1
@@ -251,7 +252,7 @@ def _collectives(sink: ColumnSink, evs: list[Event], args: list[Args], on_gpu: b
         return
     sub = [args[i] for i in idx]
     sev = [evs[i] for i in idx]
-    cols = sink.times(sev)
+    cols = sink.times(sev, count_negative=False)  # counted once, with the event's own row
     cols["on_gpu"] = np.full(len(idx), on_gpu)
     cols["pid"] = ints([e.pid for e in sev])
     cols["tid"] = ints([e.tid for e in sev])
@@ -357,7 +358,7 @@ class ColumnSink:
             it = self.names[family] = Interner()
         return it
 
-    def times(self, evs: list[Event], duration: bool = True) -> dict[str, Any]:
+    def times(self, evs: list[Event], duration: bool = True, count_negative: bool = True) -> dict[str, Any]:
         ts = to_ns([e.ts for e in evs])
         cols: dict[str, Any] = {"ts_ns": ts}
         if duration:
@@ -365,7 +366,8 @@ class ColumnSink:
             neg = (dur < 0) & (dur != MISSING_TIME)
             if neg.any():
                 # Kineto clamps durations to >= 0 (format doc §1.4): a negative one is damage.
-                self.negative_durations += int(neg.sum())
+                if count_negative:
+                    self.negative_durations += int(neg.sum())
                 dur[neg] = 0
             cols["dur_ns"] = dur
         return cols
@@ -401,11 +403,16 @@ class ColumnSink:
         return df.reset_index(drop=True)
 
 
+# "Operator" is cpu_op's name before kineto 0.4 (format doc §6): an op, not an annotation.
+_OP_CATEGORIES = ("cpu_op", "Operator")
+_DRIVER_CATEGORIES = ("cuda_driver", "xpu_driver", "privateuse1_driver")
+
+
 def _host(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
     args = [e.args or _EMPTY_ARGS for e in evs]
     cols = sink.times(evs)
     cols["name"] = sink.interner(family).encode([e.name for e in evs])
-    cols["is_annotation"] = np.array([e.cat != "cpu_op" for e in evs], dtype=bool)
+    cols["is_annotation"] = np.array([e.cat not in _OP_CATEGORIES for e in evs], dtype=bool)
     cols["pid"] = ints([e.pid for e in evs])
     cols["tid"] = ints([e.tid for e in evs])
     cols["ext_id"] = _ext_ids(args)
@@ -436,7 +443,7 @@ def _runtime(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
     args = [e.args or _EMPTY_ARGS for e in evs]
     cols = sink.times(evs)
     cols["name"] = sink.interner(family).encode([e.name for e in evs])
-    cols["is_driver"] = np.array([e.cat == "cuda_driver" for e in evs], dtype=bool)
+    cols["is_driver"] = np.array([e.cat in _DRIVER_CATEGORIES for e in evs], dtype=bool)
     cols["pid"] = ints([e.pid for e in evs])
     cols["tid"] = ints([e.tid for e in evs])
     cols["correlation"] = ints([a.correlation for a in args])

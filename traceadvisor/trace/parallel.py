@@ -32,6 +32,7 @@ import msgspec
 
 from traceadvisor.errors import TraceError
 from traceadvisor.trace.columns import ColumnSink
+from traceadvisor.trace.native import read_native
 from traceadvisor.trace.reader import (
     BLOCK_BYTES,
     ReadResult,
@@ -72,6 +73,11 @@ def read_columns(
     The command line imports the analysis modules and loads the rules there, overlapping them
     with the decoding instead of paying for them first.
     """
+    if meanwhile is not None:
+        meanwhile = _once(meanwhile)
+    native = read_native(path, max_bytes, meanwhile)
+    if native is not None:
+        return native
     if _can_split(path, min_bytes):
         split = _read_split(path, max_bytes, meanwhile)
         if split is not None:
@@ -79,6 +85,20 @@ def read_columns(
     if meanwhile is not None:
         meanwhile()
     return _read_serial(path, max_bytes)
+
+
+def _once(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` that runs at most once (the native path may have run it before falling back)."""
+    done = False
+
+    def call() -> object:
+        nonlocal done
+        if done:
+            return None
+        done = True
+        return fn()
+
+    return call
 
 
 def _read_serial(path: Path, max_bytes: int) -> tuple[ColumnSink, ReadResult]:

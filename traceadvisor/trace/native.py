@@ -1,0 +1,348 @@
+"""The fast path of ``load``: the native columnar decoder (``_kineto.c``), with the GIL released.
+
+The C decoder reads the events array straight into columns.py's column layout, without a Python
+object per event, and releases the GIL while it runs. So a large uncompressed trace is decoded by
+two threads, each taking half of a memory map, while the main thread runs ``meanwhile`` (importing
+pandas and loading the rule pack); a gzip trace is inflated and decoded by one worker thread (zlib
+releases the GIL too).
+
+The split is proven, not guessed: the first half is decoded up to a candidate event boundary near
+the middle, and its decoder must stop exactly there, at array level, for the second half to count.
+If it does not (the candidate was inside a string), the first decoder reads on to the end.
+
+What the C decoder does not read exactly as the Python path would, it refuses (``Unsupported``):
+damaged or cut-off files, lone surrogates, values of odd types... Then this returns None and the
+caller reads the file with the Python path (reader.py + columns.py), which warns about and
+salvages damage. Events of categories the decoder does not table (metadata, unknown categories)
+come back as JSON text and go through the Python path's column builders. ``TRACEADVISOR_NATIVE=0``
+turns the native path off; the result is the same either way (tests/test_native.py).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from traceadvisor.trace.columns import ColumnSink
+from traceadvisor.trace.reader import ReadResult, iter_blocks, read_head
+from traceadvisor.trace.reader import _decode_tail as decode_tail
+from traceadvisor.trace.schema import EVENT_LIST
+
+# The contract between this module and _kineto.c (columns, export layout); a module built from an
+# older source (an editable install not rebuilt) is ignored rather than trusted.
+ABI = 1
+_kineto: Any
+try:
+    from traceadvisor.trace import _kineto
+except ImportError:  # not built (no C compiler at install): the Python path reads every trace
+    _kineto = None
+if _kineto is not None and getattr(_kineto, "ABI", None) != ABI:
+    _kineto = None
+
+# Below this one thread decodes: a second one costs more to start and merge than it saves.
+SPLIT_MIN_BYTES = 8 << 20
+# The memory map is decoded in slices of this size, and the pages of each slice are dropped once
+# decoded, so the resident part of the file stays small (peak memory, issue 2: at most twice the
+# JSON's size).
+SLICE_BYTES = 16 << 20
+_HEAD_BLOCK = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+_DTYPES = {"q": np.int64, "d": np.float64, "i": np.int32, "b": np.int8, "?": np.bool_}
+_events_decoder = msgspec.json.Decoder(EVENT_LIST)
+_string_decoder = msgspec.json.Decoder(str)
+
+
+class _Refused(Exception):
+    """The native decoder cannot read this file exactly: the Python path reads it."""
+
+
+def available() -> bool:
+    """Whether the native decoder is built and allowed (``TRACEADVISOR_NATIVE=0`` turns it off)."""
+    return _kineto is not None and os.environ.get("TRACEADVISOR_NATIVE", "1") != "0"
+
+
+def read_native(
+    path: Path, max_bytes: int, meanwhile: Callable[[], object] | None = None
+) -> tuple[ColumnSink, ReadResult] | None:
+    """Columns and read result of ``path``, or None when the Python path must read it.
+
+    ``meanwhile`` runs on the calling thread while the file decodes; it has run whenever this
+    returns (also when it returns None), so the caller must not run it again.
+    """
+    if not available():
+        return None
+    try:
+        # Only regular files: opening a FIFO would wait for (and then lose) its writer's data.
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        fh = path.open("rb")
+    except OSError:
+        return None  # the Python path says what is wrong with it
+    with fh:
+        try:
+            st = os.fstat(fh.fileno())
+            regular = stat.S_ISREG(st.st_mode)
+            magic = fh.read(2) if regular else b""
+        except OSError:
+            return None
+        if not regular or st.st_size == 0:
+            return None
+        if magic == _GZIP_MAGIC:
+            return _run(lambda: _read_gzip(path, max_bytes), meanwhile)
+        if st.st_size > max_bytes:
+            return None
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+    with mm:
+        return _run(lambda: _read_mapped(path, mm), meanwhile)
+
+
+def _run(
+    work: Callable[[], tuple[ColumnSink, ReadResult]], meanwhile: Callable[[], object] | None
+) -> tuple[ColumnSink, ReadResult] | None:
+    """``work()`` on a worker thread while ``meanwhile()`` runs here; None if the decoder refused."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # re-raised on the calling thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="traceadvisor-decode", daemon=True)
+    worker.start()
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        worker.join()
+    error = box.get("error")
+    if isinstance(error, (_Refused, _kineto.Unsupported)):
+        return None
+    if error is not None:
+        raise error
+    value: tuple[ColumnSink, ReadResult] = box["value"]
+    return value
+
+
+# -- uncompressed: a memory map, two threads -----------------------------------------------------
+def _read_mapped(path: Path, mm: mmap.mmap) -> tuple[ColumnSink, ReadResult]:
+    result = ReadResult()
+    size = len(mm)
+    events_at, legacy = _head(path, mm, result)
+    parts: list[Any] = []
+    if size - events_at >= SPLIT_MIN_BYTES and _cpus() >= 2:
+        mid = _candidate(mm, events_at + (size - events_at) // 2, size)
+    else:
+        mid = None
+    if mid is None:
+        first = _kineto.Decoder()
+        close = _decode_slices(first, mm, events_at, size, final=True)
+        parts.append(first)
+    else:
+        first, second = _kineto.Decoder(), _kineto.Decoder()
+        box: dict[str, Any] = {}
+
+        def read_second() -> None:
+            try:
+                box["close"] = _decode_slices(second, mm, mid, size, final=True)
+            except BaseException as exc:
+                box["error"] = exc
+
+        helper = threading.Thread(target=read_second, name="traceadvisor-decode-2", daemon=True)
+        helper.start()
+        try:
+            stop = _decode_slices(first, mm, events_at, mid, final=False)
+        finally:
+            helper.join()
+        parts.append(first)
+        if stop == mid:  # the first half ended exactly at the candidate: a true event boundary
+            if "error" in box:
+                raise box["error"]
+            close = box["close"]
+            parts.append(second)
+        else:  # the candidate was inside an event: the first decoder reads on alone
+            del second
+            close = _decode_slices(first, mm, stop, size, final=True)
+    _tail(mm[close:], legacy, result)
+    sink = _sink(parts)
+    result.bytes_read = size
+    return sink, result
+
+
+def _head(path: Path, mm: mmap.mmap, result: ReadResult) -> tuple[int, bool]:
+    """Offset of the first event (after ``"traceEvents": [``) and whether the file is a bare array."""
+    consumed = 0
+
+    def blocks() -> Iterator[bytes]:
+        nonlocal consumed
+        while consumed < len(mm):
+            block = mm[consumed : consumed + _HEAD_BLOCK]
+            consumed += len(block)
+            yield block
+
+    rest, legacy = read_head(path, blocks(), result)
+    return consumed - len(rest), legacy
+
+
+def _candidate(mm: mmap.mmap, target: int, size: int) -> int | None:
+    """The ``{`` of a ``}, {`` event boundary at or after ``target`` (proven later by decoding)."""
+    at = mm.find(b"}", target)
+    while 0 <= at < min(size, target + (4 << 20)):
+        p = at + 1
+        while p < size and mm[p] in b" \t\r\n":
+            p += 1
+        if p < size and mm[p] == ord(","):
+            p += 1
+            while p < size and mm[p] in b" \t\r\n":
+                p += 1
+            if p < size and mm[p] == ord("{"):
+                return p
+        at = mm.find(b"}", at + 1)
+    return None
+
+
+def _decode_slices(decoder: Any, mm: mmap.mmap, start: int, end: int, final: bool) -> int:
+    """Decode ``mm[start:end]`` slice by slice, dropping decoded pages from memory. Returns the
+    offset after the array's ``]`` (``final``), or where the decoder stopped (at ``end`` when the
+    range ends at an event boundary)."""
+    pos = start
+    step = SLICE_BYTES
+    dropped = start - start % mmap.PAGESIZE
+    while True:
+        stop_at = min(pos + step, end)
+        last = stop_at == end
+        new, closed = decoder.feed(mm, pos, stop_at, final and last)
+        dropped = _drop_pages(mm, dropped, new)
+        if closed:
+            return int(new)
+        if last:
+            return int(new)
+        step = step * 2 if new == pos else SLICE_BYTES  # an event longer than a slice: widen it
+        pos = new
+
+
+def _drop_pages(mm: mmap.mmap, start: int, upto: int) -> int:
+    """Release the resident pages of ``mm[start:upto]`` (page-aligned); returns the new start."""
+    end = upto - upto % mmap.PAGESIZE
+    if end > start and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+        except (OSError, ValueError):
+            return end
+    return max(start, end)
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# -- gzip: inflate and decode on one worker thread -----------------------------------------------
+def _read_gzip(path: Path, max_bytes: int) -> tuple[ColumnSink, ReadResult]:
+    result = ReadResult()
+    blocks = iter_blocks(path, result, max_bytes)
+    buf, legacy = read_head(path, blocks, result)
+    decoder = _kineto.Decoder()
+    pending = buf
+    closed = False
+    tail_parts: list[bytes] = []
+    for block in blocks:
+        if closed:
+            tail_parts.append(block)
+            continue
+        data = pending + block if pending else block
+        stop, closed = decoder.feed(data, 0, len(data), False)
+        pending = data[stop:]
+        if closed:
+            tail_parts.append(pending)
+    if result.truncated:
+        raise _Refused("damaged gzip stream")
+    if not closed:
+        stop, closed = decoder.feed(pending, 0, len(pending), True)
+        tail_parts.append(pending[stop:])
+    _tail(b"".join(tail_parts), legacy, result)
+    return _sink([decoder]), result
+
+
+# -- after the array -----------------------------------------------------------------------------
+def _tail(tail: bytes, legacy: bool, result: ReadResult) -> None:
+    """The keys after the events array; anything but a clean end is left to the Python path."""
+    tail = tail.strip()
+    if legacy:
+        if tail:
+            raise _Refused("bytes after the event array")
+        return
+    doc = decode_tail(tail)
+    if doc is None:
+        raise _Refused("damaged keys after the events")
+    result.top.update(doc)
+
+
+def _sink(decoders: list[Any]) -> ColumnSink:
+    """One ColumnSink with every decoder's columns in file order, then the punted events."""
+    sink = ColumnSink()
+    punted: list[bytes] = []
+    for decoder in decoders:
+        state = decoder.export()
+        sink.absorb(_state(state))
+        punted.extend(state["punted"])
+    if punted:
+        try:
+            events = _events_decoder.decode(b"[" + b",".join(punted) + b"]")
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise _Refused(str(exc)) from None
+        sink.add_batch(events)
+    return sink
+
+
+def _state(state: dict[str, Any]) -> dict[str, Any]:
+    """The C decoder's export as ``ColumnSink.export()`` lays it out."""
+    parts: dict[str, dict[str, list[Any]]] = {}
+    for family, rows, columns in state["families"]:
+        cols: dict[str, list[Any]] = {}
+        for name, kind, data in columns:
+            if kind == "R":
+                cols[name] = [_objects(data, rows)]
+            elif kind == "S":
+                cols[name] = [_objects([_text(v) for v in data], rows)]
+            else:
+                cols[name] = [np.frombuffer(data, dtype=_DTYPES[kind])]
+        parts[family] = cols
+    names = {family: [None if raw is None else _text(raw) for raw in raws] for family, raws in state["names"].items()}
+    return {
+        "parts": parts,
+        "names": names,
+        "metadata": [],
+        "other_categories": {},
+        "negative_durations": state["negative_durations"],
+    }
+
+
+def _objects(values: list[Any], rows: int) -> np.ndarray[Any, np.dtype[np.object_]]:
+    out = np.empty(rows, dtype=object)
+    out[:] = values
+    return out
+
+
+def _text(raw: bytes | tuple[bytes] | None) -> str | None:
+    """A JSON string body (escaped bodies come as a 1-tuple from string columns) as a str."""
+    if raw is None:
+        return None
+    if isinstance(raw, tuple):
+        raw = raw[0]
+    elif b"\\" not in raw:
+        return raw.decode("utf-8")
+    try:
+        return _string_decoder.decode(b'"' + raw + b'"')
+    except msgspec.DecodeError as exc:
+        raise _Refused(str(exc)) from None
