@@ -14,23 +14,35 @@ interleaved (rep -> size -> tool, tool order rotated every repetition), this run
                  the time is the wall time of the whole process, start-up, imports and the
                  report write included. The report is checked to be JSON, then deleted.
                  (Not --output /dev/null: the CLI writes atomically, temp file + rename, and
-                 that replaces /dev/null with a regular file.)
+                 that replaces /dev/null with a regular file.) This is the default install:
+                 the native decoder (traceadvisor/trace/_kineto.c) where it is built.
+  traceadvisor   the same command with TRACEADVISOR_NATIVE=0 in its environment: the pure-Python
+  (pure Python)  path, what a user without a C compiler gets; measured and checked the same way.
+                 The machine info records whether the native decoder is available to the
+                 measured interpreter at all (if not, both rows read with the Python path).
 
 Peak memory: every measured command is a direct child of this runner, started with
 subprocess.Popen and reaped with os.wait4(pid), which returns the rusage of that one
 child (Linux: ru_maxrss = peak RSS of the child, or of a descendant it waited for, in
-KiB). traceadvisor reads large traces with two processes at once, and ru_maxrss is a
-maximum over processes, not a sum; so a sampler thread also sums the RSS of the process and
-all its descendants (/proc/PID/statm, every 20 ms; pages shared by a forked child are counted
-in both, so the sum errs high), and the peak reported is the larger of the two. It includes
-the interpreter and imports. (PSS from smaps_rollup would split shared pages fairly, but
-reading it walks the page tables and costs a core on multi-GB processes.)
+KiB). With the native decoder traceadvisor reads a large uncompressed trace with two threads
+in one process, so ru_maxrss covers it; the RSS includes the resident pages of the
+memory-mapped trace, which the decoder releases slice by slice. The pure-Python path forks a
+second process for a large uncompressed trace, and ru_maxrss is a maximum over processes, not
+a sum; so a sampler thread also sums the RSS of the process and all its descendants
+(/proc/PID/statm, every 20 ms; pages shared by a forked child are counted in both, so the sum
+errs high), and the peak reported is the larger of the two. It includes the interpreter and
+imports. (PSS from smaps_rollup would split shared pages fairly, but reading it walks the page
+tables and costs a core on multi-GB processes.)
 
 Reported: median over --repeat runs. MB = 10**6 bytes everywhere. The page cache is warmed
-(each file read once) before measuring, so all figures are warm-cache.
+(each file read once) before measuring, so all figures are warm-cache. Linearity: besides the
+seconds per 100 MB at each size, a least-squares fit t = a + b * size over the measured sizes
+(a: the fixed cost, start-up and imports; b: seconds per 100 MB) and its largest relative
+residual, for traceadvisor (both paths) and orjson.
 
 The runner itself uses only the standard library (the probes run orjson/HTA in child
-processes, the generator is run as a child process) and never imports traceadvisor.
+processes, the generator is run as a child process) and never imports traceadvisor; whether the
+native decoder is available is asked of a child process too.
 """
 
 from __future__ import annotations
@@ -92,20 +104,35 @@ print("BENCH_RESULT " + json.dumps({"inner_s": t1 - t0, "import_s": t0 - t_imp, 
 os._exit(0)
 """
 
-TOOLS = ("orjson", "hta", "ta")
-TOOL_LABEL = {"orjson": "orjson", "hta": "HTA", "ta": "traceadvisor"}
+TOOLS = ("orjson", "hta", "ta", "ta_py")
+TOOL_LABEL = {"orjson": "orjson", "hta": "HTA", "ta": "traceadvisor", "ta_py": "traceadvisor (pure Python)"}
+# The traceadvisor command, timed as a whole process, its JSON report checked.
+TA_TOOLS = ("ta", "ta_py")
+# Variables set on top of the child environment, per tool: "ta_py" is "ta" with the native decoder
+# turned off (traceadvisor/trace/native.py reads TRACEADVISOR_NATIVE).
+TOOL_ENV = {"ta_py": {"TRACEADVISOR_NATIVE": "0"}}
+NATIVE_PROBE = "from traceadvisor.trace import native; print(native.available())"
 
 
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> dict:
-    """Run cmd as a direct child; wall time, exit code and that child's own peak RSS."""
+# Measured commands run as on a user's machine, where Python caches compiled modules: a sandbox's
+# PYTHONDONTWRITEBYTECODE=1 would make every run recompile traceadvisor's and the rules' sources.
+_CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def measure(cmd: list[str], timeout: float, cwd: Path = REPO, env: dict[str, str] | None = None) -> dict:
+    """Run cmd as a direct child; wall time, exit code and that child's own peak RSS.
+
+    env: variables set (or overridden) on top of the runner's child environment.
+    """
+    child_env = {**_CHILD_ENV, **env} if env else _CHILD_ENV
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         killed = threading.Event()
         done = threading.Event()
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True, env=_CHILD_ENV)
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True, env=child_env)
 
         def _kill():
             if not done.is_set():
@@ -152,11 +179,6 @@ def measure(cmd: list[str], timeout: float, cwd: Path = REPO) -> dict:
     if p.returncode != 0:
         res["stderr_tail"] = (stderr or stdout)[-2000:]
     return res
-
-
-# Measured commands run as on a user's machine, where Python caches compiled modules: a sandbox's
-# PYTHONDONTWRITEBYTECODE=1 would make every run recompile traceadvisor's and the rules' sources.
-_CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _tree(pid: int) -> list[int]:
@@ -252,6 +274,11 @@ def machine_info(python: str) -> dict:
         info["packages"] = d["packages"]
         if d["packages"].get("traceadvisor") is None:
             info["packages"]["traceadvisor"] = "source tree (not installed)"
+    # Asked of the measured interpreter, in the measured commands' environment (the runner never
+    # imports traceadvisor): True/False, or None when the probe could not import traceadvisor.
+    native = run_quiet([python, "-c", NATIVE_PROBE], cwd=REPO, env=_CHILD_ENV)
+    info["native_decoder"] = {"True": True, "False": False}.get(native)
+    info["native_disabled_by_env"] = _CHILD_ENV.get("TRACEADVISOR_NATIVE") == "0"
     rev = run_quiet(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
     info["git_rev"] = rev or None
     return info
@@ -343,18 +370,78 @@ def summarize(size: int, json_bytes: int, runs: dict[str, list[dict]], skipped: 
         errs = [r.get("error") for r in rs if not r.get("ok")]
         if errs:
             s[tool]["error"] = errs[-1]
-    o, h, t = s["orjson"]["time_s"], s["hta"]["time_s"], s["ta"]["time_s"]
+    o, h, t, tpy = s["orjson"]["time_s"], s["hta"]["time_s"], s["ta"]["time_s"], s["ta_py"]["time_s"]
+    # The targets are checked on "ta", the default install (native decoder where it is built).
     s["ratio_ta_orjson"] = t / o if t and o else None
     s["ratio_hta_ta"] = h / t if h and t else None
+    s["ratio_ta_py_ta"] = tpy / t if tpy and t else None  # native speed-up
     tp = s["ta"]["peak_rss_bytes"]
     s["ratio_ta_peak_json"] = tp / json_bytes if tp else None
     s["ta_s_per_100mb"] = t / (json_bytes / (100 * MB)) if t else None
+    s["ta_py_s_per_100mb"] = tpy / (json_bytes / (100 * MB)) if tpy else None
     s["orjson_s_per_100mb"] = o / (json_bytes / (100 * MB)) if o else None
     return s
 
 
+def linear_fit(summary: list[dict], tool: str) -> dict | None:
+    """Least-squares t = a + b * size over the measured sizes (size in units of 100 MB).
+
+    a is the fixed cost (interpreter start-up, imports, the report), b the seconds per 100 MB;
+    "time grows linearly" holds when the residuals are small at every size. Ordinary least
+    squares: the largest size weighs most on b, so the relative residual at the small sizes is
+    the telling figure. None with fewer than two sizes.
+    """
+    pts = [(s["json_bytes"] / (100 * MB), s[tool]["time_s"], s["size_mb"]) for s in summary]
+    pts = [pt for pt in pts if pt[1] is not None]
+    if len({x for x, _, _ in pts}) < 2:
+        return None
+    b, a = statistics.linear_regression([x for x, _, _ in pts], [y for _, y, _ in pts])
+    rel = [(abs(y - (a + b * x)) / y if y > 0 else float("inf"), size) for x, y, size in pts]
+    worst, at = max(rel)
+    return {
+        "a_s": a,
+        "b_s_per_100mb": b,
+        "sizes_mb": [size for _, _, size in pts],
+        "max_rel_residual": worst,
+        "max_rel_residual_at_mb": at,
+    }
+
+
+# What the fixed term a of each fit stands for.
+FIT_FIXED = {
+    "ta": "fixed: start-up, imports",
+    "ta_py": "fixed: start-up, imports",
+    "orjson": "fixed: the probe times read + loads only, no start-up",
+}
+
+
+def _fit_line(fit: dict | None, tool: str) -> str:
+    name = TOOL_LABEL[tool]
+    if fit is None:
+        return f"- fit, {name}: needs figures at two sizes or more"
+    if len(fit["sizes_mb"]) == 2:
+        residual = "no residual (two sizes: the line passes through both; measure three to test linearity)"
+    else:
+        residual = (
+            f"largest relative residual {fit['max_rel_residual'] * 100:.1f}% (at {fit['max_rel_residual_at_mb']} MB)"
+        )
+    return (
+        f"- fit, {name}: t = a + b × size: a = {fit['a_s']:.3f} s ({FIT_FIXED[tool]}), "
+        f"b = {fit['b_s_per_100mb']:.3f} s per 100 MB; {residual}"
+    )
+
+
 def _f(v, fmt="{:.2f}", none="–"):
     return none if v is None else fmt.format(v)
+
+
+def _native_text(info: dict) -> str:
+    n = info.get("native_decoder")
+    if n is None:
+        return "unknown (the probe could not import traceadvisor)"
+    if not n and info.get("native_disabled_by_env"):
+        return "no (TRACEADVISOR_NATIVE=0 in the environment)"
+    return "yes" if n else "no"
 
 
 def _check(v, target, le: bool):
@@ -384,7 +471,7 @@ def render(summary: list[dict], info: dict, cfg: dict) -> str:
         f"Machine: {info.get('cpu', '?')}, nproc {info.get('nproc')}"
         f" (usable {info.get('nproc_usable', '?')}), RAM {info.get('ram_total_gb', '?')} GB"
         f" ({info.get('ram_available_gb', '?')} GB available), Linux {info.get('kernel')}, "
-        f"Python {info.get('python', '?')}"
+        f"Python {info.get('python', '?')}, native decoder: {_native_text(info)}"
     )
     L.append(
         "Packages: "
@@ -395,18 +482,22 @@ def render(summary: list[dict], info: dict, cfg: dict) -> str:
         f"Load average (1/5/15 min) at start {info.get('loadavg_start')}, at end {info.get('loadavg_end')}"
         f" (other processes on the machine add noise); total {cfg.get('total_seconds')} s"
     )
-    L.append(f"Runs: median of {cfg['repeat']}, interleaved; traceadvisor command: `{cfg['ta_cmd']}`")
+    L.append(
+        f"Runs: median of {cfg['repeat']}, interleaved; traceadvisor command: `{cfg['ta_cmd']}`; "
+        "ta py: the same command with `TRACEADVISOR_NATIVE=0` (pure-Python path)"
+    )
     L.append("")
     L.append(
-        "| size | JSON MB | orjson s | HTA s | traceadvisor s | ta/orjson (≤ 0.6) | HTA/ta (≥ 10) "
-        "| ta peak MB | peak/JSON (≤ 2.0) |"
+        "| size | JSON MB | orjson s | HTA s | traceadvisor s | ta py s | native speed-up "
+        "| ta/orjson (≤ 0.6) | HTA/ta (≥ 10) | ta peak MB | peak/JSON (≤ 2.0) |"
     )
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in summary:
         ta_peak = s["ta"]["peak_rss_bytes"]
         L.append(
             f"| {s['size_mb']} MB | {s['json_bytes'] / MB:.1f} | {_cell(s, 'orjson')} | {_cell(s, 'hta')} "
-            f"| {_cell(s, 'ta')} | {_check(s['ratio_ta_orjson'], TARGET_TA_ORJSON, True)} "
+            f"| {_cell(s, 'ta')} | {_cell(s, 'ta_py')} | {_f(s['ratio_ta_py_ta'], '{:.2f}×')} "
+            f"| {_check(s['ratio_ta_orjson'], TARGET_TA_ORJSON, True)} "
             f"| {_check(s['ratio_hta_ta'], TARGET_HTA_TA, False)} "
             f"| {_f(ta_peak / MB if ta_peak else None, '{:.0f}')} "
             f"| {_check(s['ratio_ta_peak_json'], TARGET_PEAK_RATIO, True)} |"
@@ -435,21 +526,29 @@ def render(summary: list[dict], info: dict, cfg: dict) -> str:
     else:
         L.append("Linearity: no traceadvisor figures.")
     L.append("")
+    fits = cfg.get("fits") or {}
+    fit_tools = [t for t in ("ta", "ta_py", "orjson") if any(s[t]["time_s"] is not None for s in summary)]
+    if fit_tools:
+        L.append("Least-squares fit of time against size over the measured sizes:")
+        L.append("")
+        L.extend(_fit_line(fits.get(t), t) for t in fit_tools)
+        L.append("")
     L.append("Details (medians; peak = peak RSS of the process, interpreter and imports included):")
     L.append("")
     L.append(
         "| size | copies | events | orjson peak MB | HTA peak MB | HTA peak/JSON | HTA process s "
-        "| HTA import s | ta process s | ta user+sys s |"
+        "| HTA import s | ta process s | ta user+sys s | ta py peak MB | ta py user+sys s |"
     )
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in summary:
-        op, hp = s["orjson"]["peak_rss_bytes"], s["hta"]["peak_rss_bytes"]
+        op, hp, pyp = s["orjson"]["peak_rss_bytes"], s["hta"]["peak_rss_bytes"], s["ta_py"]["peak_rss_bytes"]
         L.append(
             f"| {s['size_mb']} MB | {s.get('copies', '?')} | {s.get('events') or '?'} "
             f"| {_f(op / MB if op else None, '{:.0f}')} | {_f(hp / MB if hp else None, '{:.0f}')} "
             f"| {_f(hp / s['json_bytes'] if hp else None)} | {_f(s['hta']['wall_s'])} "
             f"| {_f(s.get('hta_import_s'))} | {_f(s['ta']['wall_s'], '{:.3f}')} "
-            f"| {_f(s.get('ta_cpu_s'), '{:.3f}')} |"
+            f"| {_f(s.get('ta_cpu_s'), '{:.3f}')} | {_f(pyp / MB if pyp else None, '{:.0f}')} "
+            f"| {_f(s.get('ta_py_cpu_s'), '{:.3f}')} |"
         )
     notes = cfg.get("notes") or []
     if notes:
@@ -459,8 +558,10 @@ def render(summary: list[dict], info: dict, cfg: dict) -> str:
     L.append(
         "orjson s = read + orjson.loads inside a fresh process; HTA s = TraceAnalysis(trace_dir=...) "
         "inside a fresh process (imports excluded); traceadvisor s = wall time of the whole "
-        "`python -m traceadvisor analyze` process (report written to a temporary file). "
-        "Peak RSS via os.wait4 rusage of each child. MB = 10^6 bytes. Warm page cache."
+        "`python -m traceadvisor analyze` process (report written to a temporary file); ta py s = the same "
+        "with TRACEADVISOR_NATIVE=0, native speed-up = ta py s / traceadvisor s. "
+        "Peak RSS via os.wait4 rusage of each child, or the summed RSS of its process tree if larger. "
+        "MB = 10^6 bytes. Warm page cache."
     )
     return "\n".join(L) + "\n"
 
@@ -523,7 +624,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["_standin"]:
         return standin_analyze(argv[1:])
     ap = argparse.ArgumentParser(
-        description="Benchmark orjson vs HTA vs traceadvisor on 10 MB / 100 MB / 1 GB traces.",
+        description="Benchmark orjson vs HTA vs traceadvisor (native and pure Python) on 10 MB / 100 MB / 1 GB traces.",
         epilog="Placeholders in --ta-cmd: {python} {trace} {output} (shell-quoted).",
     )
     ap.add_argument("--sizes", default="10,100,1000", help="trace sizes in MB (10**6 bytes), comma separated")
@@ -531,6 +632,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-hta", action="store_true", help="do not run HTA")
     ap.add_argument("--no-orjson", action="store_true", help="do not run the orjson baseline")
     ap.add_argument("--no-ta", action="store_true", help="do not run traceadvisor")
+    ap.add_argument(
+        "--no-ta-py",
+        action="store_true",
+        help="do not run traceadvisor's pure-Python path (the same command with TRACEADVISOR_NATIVE=0)",
+    )
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     ap.add_argument("--json", type=Path, help="write raw figures (every run) to this file")
     ap.add_argument(
@@ -601,7 +707,7 @@ def main(argv=None) -> int:
     }
     print(
         f"[bench] python {info.get('python')} ({py}); {info.get('cpu')}; "
-        f"nproc {info.get('nproc')}; RAM {info.get('ram_total_gb')} GB",
+        f"nproc {info.get('nproc')}; RAM {info.get('ram_total_gb')} GB; native decoder: {_native_text(info)}",
         flush=True,
     )
 
@@ -616,6 +722,18 @@ def main(argv=None) -> int:
         cfg["notes"].append("HTA not installed (pip install holistictraceanalysis==0.5.0); HTA column empty.")
     if args.no_hta:
         cfg["notes"].append("HTA not run (--no-hta).")
+    if args.no_ta_py:
+        cfg["notes"].append("traceadvisor's pure-Python path not run (--no-ta-py).")
+    elif "ta_py" in tools and args.ta_standin:
+        tools.remove("ta_py")
+        for s in sizes:
+            skipped[s]["ta_py"] = "stand-in"
+        cfg["notes"].append("ta py not run: the stand-in (--ta-standin) has no native decoder to turn off.")
+    elif "ta_py" in tools and info.get("native_decoder") is False:
+        cfg["notes"].append(
+            "The native decoder is not available to the measured interpreter: traceadvisor and ta py both "
+            "read with the pure-Python path."
+        )
     if "hta" in tools and args.hta_max_mb:
         for s in sizes:
             if traces[s]["marker"]["bytes"] > args.hta_max_mb * MB:
@@ -666,7 +784,7 @@ def main(argv=None) -> int:
                     cmd = [py, "-c", probe if args.orjson_gc_off else ORJSON_PROBE, str(path)]
                 elif tool == "hta":
                     cmd = [py, "-c", HTA_PROBE, str(hta_dir(path, args.cache_dir, s))]
-                else:
+                else:  # ta, ta_py: the same command, ta_py with TOOL_ENV
                     outdir = Path(tempfile.mkdtemp(prefix="ta-bench-"))
                     output = args.ta_output or str(outdir / "report.json")
                     cmd = shlex.split(
@@ -674,13 +792,13 @@ def main(argv=None) -> int:
                             python=shlex.quote(py), trace=shlex.quote(str(path)), output=shlex.quote(output)
                         )
                     )
-                r = measure(cmd, args.timeout)
+                r = measure(cmd, args.timeout, env=TOOL_ENV.get(tool))
                 r.update(rep=rep, size_mb=s, tool=tool)
-                r["ok"] = r["rc"] == 0 and not r["timed_out"] and (tool == "ta" or "inner_s" in r)
-                r["time_s"] = r["wall_s"] if tool == "ta" else r.get("inner_s")
+                r["ok"] = r["rc"] == 0 and not r["timed_out"] and (tool in TA_TOOLS or "inner_s" in r)
+                r["time_s"] = r["wall_s"] if tool in TA_TOOLS else r.get("inner_s")
                 if not r["ok"]:
                     r["error"] = "timeout" if r["timed_out"] else f"rc={r['rc']}"
-                if tool == "ta":
+                if tool in TA_TOOLS:
                     if r["ok"] and not args.ta_output:
                         r["report_bytes"], r["report_error"] = _check_report(Path(output))
                         if r["report_error"]:
@@ -691,7 +809,7 @@ def main(argv=None) -> int:
                     failed[s].add(tool)
                 runs[s][tool].append(r)
                 print(
-                    f"[bench] rep {rep + 1}/{args.repeat} {s:>5} MB {TOOL_LABEL[tool]:<12} "
+                    f"[bench] rep {rep + 1}/{args.repeat} {s:>5} MB {TOOL_LABEL[tool]:<26} "
                     + (
                         f"{r['time_s']:8.3f} s  peak {r['peak_rss_bytes'] / MB:8.0f} MB  (process {r['wall_s']:.2f} s)"
                         if r["ok"]
@@ -708,10 +826,12 @@ def main(argv=None) -> int:
         ev = [r.get("events") for r in runs[s]["orjson"] if r.get("events")]
         sm["events"] = ev[0] if ev else None
         sm["hta_import_s"] = _median(runs[s]["hta"], "import_s")
-        cpu = [r["user_s"] + r["sys_s"] for r in runs[s]["ta"] if r.get("ok")]
-        sm["ta_cpu_s"] = statistics.median(cpu) if cpu else None
+        for tool in TA_TOOLS:
+            cpu = [r["user_s"] + r["sys_s"] for r in runs[s][tool] if r.get("ok")]
+            sm[f"{tool}_cpu_s"] = statistics.median(cpu) if cpu else None
         summary.append(sm)
     cfg["total_seconds"] = round(total, 1)
+    cfg["fits"] = {t: linear_fit(summary, t) for t in ("ta", "ta_py", "orjson")}
     info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
 
     table = render(summary, info, cfg)
@@ -728,7 +848,7 @@ def main(argv=None) -> int:
             "runs": [r for s in sizes for t in TOOLS for r in runs[s][t]],
         }
         args.json.write_text(json.dumps(raw, indent=1, default=str) + "\n")
-    ta_failed = any(r for s in sizes for r in runs[s]["ta"] if not r.get("ok"))
+    ta_failed = any(r for s in sizes for t in TA_TOOLS for r in runs[s][t] if not r.get("ok"))
     return 1 if ta_failed else 0
 
 
