@@ -8,20 +8,63 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
+from importlib import import_module
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
-from traceadvisor.calibrate import calibrate as calibrate_command
-from traceadvisor.capture import command as capture_command
 from traceadvisor.errors import TraceError, UsageError
-from traceadvisor.workloads.command import workloads as workloads_command
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
+# Commands that analysis does not need, by name: (module, function, its command settings or "").
+# Their modules (and what they import) load when the command is named or listed, so that
+# ``traceadvisor analyze`` starts without them.
+TOOL_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "capture": ("traceadvisor.capture.command", "capture", "COMMAND_SETTINGS"),
+    "workloads": ("traceadvisor.workloads.command", "workloads", ""),
+    "calibrate": ("traceadvisor.calibrate", "calibrate", ""),
+}
+
+
+class _Commands(TyperGroup):
+    """The command group: the ``TOOL_COMMANDS`` are built on first use, listed after the others."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [*(n for n in super().list_commands(ctx) if n not in TOOL_COMMANDS), *TOOL_COMMANDS]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name not in self.commands:
+            # A tool command is built when named; an unknown name builds them all, so that "did you
+            # mean" can suggest them too.
+            for name in [cmd_name] if cmd_name in TOOL_COMMANDS else TOOL_COMMANDS:
+                if name not in self.commands:
+                    self.add_command(_tool_command(name), name)
+        return super().get_command(ctx, cmd_name)
+
+
+def _tool_command(name: str) -> Command:
+    """The click command of a ``TOOL_COMMANDS`` entry, built as ``app.command(name, **settings)`` would."""
+    module_name, function, settings = TOOL_COMMANDS[name]
+    module = import_module(module_name)
+    options: dict[str, Any] = getattr(module, settings) if settings else {}
+    scratch = typer.Typer()
+    scratch.command(name, **options)(getattr(module, function))
+    return typer.main.get_command_from_info(
+        scratch.registered_commands[0],
+        pretty_exceptions_short=app.pretty_exceptions_short,
+        rich_markup_mode=app.rich_markup_mode,
+    )
+
+
 app = typer.Typer(
     name="traceadvisor",
+    cls=_Commands,
     help="Read PyTorch profiler traces and say what slows the GPU workload down, where, and what to change.",
     no_args_is_help=True,
     add_completion=False,
@@ -168,11 +211,6 @@ def explain(rule: Annotated[str, typer.Argument(help="Rule code or name.")]) -> 
     if not match:
         raise _fail(f"no rule {rule!r}; see 'traceadvisor rules'")
     sys.stdout.write(render_rules.explain(match[0]))
-
-
-app.command("capture", **capture_command.COMMAND_SETTINGS)(capture_command.capture)
-app.command("workloads")(workloads_command)
-app.command("calibrate")(calibrate_command)
 
 
 def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from traceadvisor.roofline.summary import summarize as roofline_summary
-from traceadvisor.trace import annotation_time
+from traceadvisor.trace import annotation_time, intervals
 from traceadvisor.trace.idle import breakdown as idle_breakdown
-from traceadvisor.trace.model import Trace
+from traceadvisor.trace.model import Trace, name_codes
 
 TOP_KERNELS = 10
 
@@ -87,22 +87,39 @@ def _device(trace: Trace, dev: int | None) -> dict[str, Any] | None:
 
 def _steps(trace: Trace, dev: int | None) -> list[dict[str, Any]]:
     t = trace.steps.table
+    if not len(t):
+        return []
+    gpu_start, gpu_end = t["gpu_start_ns"].to_numpy(), t["gpu_end_ns"].to_numpy()
+    busy_ns = np.zeros(len(t), dtype=np.int64)
+    has = gpu_start >= 0
+    if dev is not None and has.any():  # every step's busy time in one pass over the busy intervals
+        s, e = trace.busy_intervals(dev)
+        busy_ns[has] = intervals.covered(s, e, gpu_start[has], gpu_end[has])
     out = []
-    for row in t.itertuples(index=False):
-        has_gpu = row.gpu_start_ns >= 0
-        gpu_dur = row.gpu_end_ns - row.gpu_start_ns if has_gpu else 0
-        busy = trace.busy_ns(dev, row.gpu_start_ns, row.gpu_end_ns) if has_gpu and dev is not None else 0
+    for name, step, cpu_start, cpu_end, gs, ge, basis, busy in zip(
+        t["name"].tolist(),
+        t["step"].tolist(),
+        t["cpu_start_ns"].tolist(),
+        t["cpu_end_ns"].tolist(),
+        gpu_start.tolist(),
+        gpu_end.tolist(),
+        t["gpu_basis"].tolist(),
+        busy_ns.tolist(),
+        strict=True,
+    ):
+        has_gpu = gs >= 0
+        gpu_dur = ge - gs if has_gpu else 0
         out.append(
             {
-                "name": row.name,
-                "step": int(row.step),
-                "cpu_start_us": us(row.cpu_start_ns),
-                "cpu_dur_us": us(row.cpu_end_ns - row.cpu_start_ns),
-                "gpu_start_us": us(row.gpu_start_ns) if has_gpu else None,
+                "name": name,
+                "step": int(step),
+                "cpu_start_us": us(cpu_start),
+                "cpu_dur_us": us(cpu_end - cpu_start),
+                "gpu_start_us": us(gs) if has_gpu else None,
                 "gpu_dur_us": us(gpu_dur),
                 "gpu_busy_us": us(busy),
                 "gpu_busy_pct": _pct(busy, gpu_dur),
-                "gpu_window_basis": row.gpu_basis,
+                "gpu_window_basis": basis,
             }
         )
     return out
@@ -117,12 +134,26 @@ def _top_kernels(trace: Trace) -> list[dict[str, Any]]:
     if not len(inside):
         inside = k
     total = int(inside["dur_ns"].sum())
-    grp = inside.groupby("name", observed=True, sort=False)["dur_ns"].agg(["sum", "count"])
-    grp = grp.sort_values("sum", ascending=False).head(TOP_KERNELS)
+    grp = _sum_and_count_by_name(inside).sort_values("sum", ascending=False).head(TOP_KERNELS)
     return [
         {"name": str(name), "count": int(r["count"]), "total_us": us(r["sum"]), "share_pct": _pct(r["sum"], total)}
         for name, r in grp.iterrows()
     ]
+
+
+def _sum_and_count_by_name(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Total ``dur_ns`` (``sum``) and ``count`` of each kernel name, names in order of first appearance:
+    ``groupby("name", observed=True, sort=False)["dur_ns"].agg(["sum", "count"])`` on the name codes."""
+    codes, categories = name_codes(kernels["name"])
+    dur = kernels["dur_ns"].to_numpy()
+    named = codes >= 0
+    codes, dur = codes[named], dur[named]
+    sums = np.zeros(len(categories), dtype=np.int64)
+    np.add.at(sums, codes, dur)
+    counts = np.bincount(codes, minlength=len(categories)).astype(np.int64)
+    seen, first = np.unique(codes, return_index=True)
+    order = seen[np.argsort(first, kind="stable")]
+    return pd.DataFrame({"sum": sums[order], "count": counts[order]}, index=pd.Index(categories[order], name="name"))
 
 
 def _idle_breakdown(trace: Trace) -> list[dict[str, Any]]:

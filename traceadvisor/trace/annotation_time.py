@@ -127,12 +127,15 @@ def top_level(trace: Trace) -> pd.DataFrame:
         user = user[~_encloses_a_step(user, steps)]
     if not len(user):
         return user
+    # Each thread's annotations together, by start, longest first on ties; the roots are kept.
+    pid, tid = user["pid"].to_numpy(), user["tid"].to_numpy()
+    ts, end = user["ts_ns"].to_numpy(), user["end_ns"].to_numpy()
+    order = np.lexsort((-user["dur_ns"].to_numpy(), ts, tid, pid))
+    pid, tid, ts, end = pid[order], tid[order], ts[order], end[order]
+    bounds = np.flatnonzero((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])) + 1
     keep = np.zeros(len(user), dtype=bool)
-    pos = np.arange(len(user))
-    for _, grp in user.assign(_pos=pos).groupby(["pid", "tid"], sort=False):
-        order = np.lexsort((-grp["dur_ns"].to_numpy(), grp["ts_ns"].to_numpy()))
-        parents = intervals.nest_parents(grp["ts_ns"].to_numpy()[order], grp["end_ns"].to_numpy()[order])
-        keep[grp["_pos"].to_numpy()[order][parents < 0]] = True
+    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], strict=True):
+        keep[order[a:b][intervals.nest_parents(ts[a:b], end[a:b]) < 0]] = True
     top = user[keep]
     if len(trace.steps):
         top = top[trace.step_of(top["ts_ns"].to_numpy()) >= 0]
@@ -163,30 +166,33 @@ def annotation_time(trace: Trace) -> AnnotationTime | None:
 
 
 # -- GPU basis ------------------------------------------------------------------------------------
-def _launched(trace: Trace) -> tuple[pd.DataFrame, I64, I64, I64]:
-    """GPU work with a launch record (inside the steps, when there are steps) and its launch's pid, tid, ts."""
-    g = trace.gpu[trace.gpu["launch"] >= 0]
+def _launched(trace: Trace) -> tuple[I64, I64, I64, I64]:
+    """Durations of the GPU work with a launch record (inside the steps, when there are steps) and
+    its launch's pid, tid, ts."""
+    launch = trace.gpu["launch"].to_numpy()
+    has = launch >= 0
+    dur = trace.gpu["dur_ns"].to_numpy()[has]
     rt = trace.runtime
-    rows = g["launch"].to_numpy()
+    rows = launch[has]
     pid = rt["pid"].to_numpy()[rows]
     tid = rt["tid"].to_numpy()[rows]
     ts = rt["ts_ns"].to_numpy()[rows]
     if len(trace.steps):
         inside = trace.step_of(ts) >= 0
-        g, pid, tid, ts = g[inside], pid[inside], tid[inside], ts[inside]
-    return g, pid, tid, ts
+        dur, pid, tid, ts = dur[inside], pid[inside], tid[inside], ts[inside]
+    return dur, pid, tid, ts
 
 
 def _gpu_total(trace: Trace) -> int:
     if len(trace.steps):
-        return int(_launched(trace)[0]["dur_ns"].sum())
+        return int(_launched(trace)[0].sum())
     return int(trace.gpu["dur_ns"].sum())
 
 
 def _gpu_time(trace: Trace, top: pd.DataFrame) -> I64:
     """GPU time of the work launched inside each top-level annotation (aligned with ``top``'s rows)."""
-    g, pid, tid, ts = _launched(trace)
-    owner = np.full(len(g), -1, dtype=np.int64)  # position in ``top``
+    dur, pid, tid, ts = _launched(trace)
+    owner = np.full(len(dur), -1, dtype=np.int64)  # position in ``top``
     top_pid, top_tid = top["pid"].to_numpy(), top["tid"].to_numpy()
     starts, ends = top["ts_ns"].to_numpy(), top["end_ns"].to_numpy()
     threads = set(zip(top_pid.tolist(), top_tid.tolist(), strict=True))
@@ -209,7 +215,7 @@ def _gpu_time(trace: Trace, top: pd.DataFrame) -> I64:
         owner[orphan] = np.where(hits == 1, found, -1)
     out = np.zeros(len(top), dtype=np.int64)
     owned = owner >= 0
-    np.add.at(out, owner[owned], g["dur_ns"].to_numpy()[owned])
+    np.add.at(out, owner[owned], dur[owned])
     return out
 
 

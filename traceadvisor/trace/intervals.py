@@ -68,36 +68,67 @@ def nest_parents(starts: I64, ends: I64) -> I64:
 
     Intervals on one thread nest; a partial overlap takes the innermost interval open at its
     start as parent. -1 at the root.
+
+    This is the parent a stack sweep gives (pop the intervals that ended by the start, the top
+    is the parent), computed without the sweep: every interval the sweep popped before ``i``
+    ended at or before ``starts[i]``, and every interval left on the stack is later than those
+    below it, so the top is the latest interval before ``i`` that ends after ``starts[i]``.
     """
-    parents = [-1] * len(starts)
-    stack: list[int] = []
-    s_list, e_list = starts.tolist(), ends.tolist()
-    for i, t in enumerate(s_list):
-        while stack and e_list[stack[-1]] <= t:
-            stack.pop()
-        if stack:
-            parents[i] = stack[-1]
-        stack.append(i)
-    return np.array(parents, dtype=np.int64)
+    n = len(starts)
+    parents = np.full(n, -1, dtype=np.int64)
+    if n < 2:
+        return parents
+    if (starts[1:] < starts[:-1]).any():
+        raise ValueError("nest_parents: intervals must be sorted by start")
+    # Most intervals start inside the one just before them (its first child, or a sibling's
+    # deeper nesting); the others search further back.
+    prev = ends[:-1] > starts[1:]
+    later = np.arange(1, n, dtype=np.int64)
+    parents[1:][prev] = later[prev] - 1
+    far = later[~prev]
+    if len(far):
+        parents[far] = last_above(ends, far - 1, starts[far])
+    return parents
 
 
-def innermost(starts: I64, ends: I64, parents: I64, points: I64) -> I64:
+def innermost(starts: I64, ends: I64, points: I64) -> I64:
     """Position of the innermost interval containing each point (-1 if none).
 
-    The latest-starting interval at or before a point either contains it or ends before it; in
-    the second case only its ancestors can contain the point, so walking up the parent chain
-    finds the answer in at most depth steps.
+    ``starts`` are sorted (longest first on ties) as for ``nest_parents``. The latest-starting
+    interval at or before a point either contains it, or ends before it; in the second case the
+    answer is an enclosing interval: the latest one before it that ends after the point (the
+    interval ``nest_parents``' chain of parents reaches first: the others ended earlier).
     """
     cand = np.searchsorted(starts, points, side="right") - 1
     ok = cand >= 0
     ok[ok] = ends[cand[ok]] > points[ok]
-    out = np.where(ok, cand, -1)
+    out: I64 = np.where(ok, cand, -1)
     todo = np.flatnonzero(~ok & (cand >= 0))
-    e_list, p_list = ends.tolist(), parents.tolist()
-    for k in todo.tolist():
-        q = int(points[k])
-        c = p_list[int(cand[k])]
-        while c >= 0 and e_list[c] <= q:
-            c = p_list[c]
-        out[k] = c
+    if len(todo):
+        out[todo] = last_above(ends, cand[todo], points[todo])
+    return out
+
+
+def last_above(values: I64, bound: I64, threshold: I64) -> I64:
+    """For each query, the largest ``j < bound`` with ``values[j] > threshold`` (-1 if none), vectorised.
+
+    A sparse table of range maxima (``level[k][j] = max(values[j : j + 2**k])``) lets every query
+    skip back over the longest run ending at its bound whose values are all at most its
+    threshold, one power of two at a time, largest first; the answer is the value just before
+    that run. O((n + queries) log n) time, n log n memory.
+    """
+    pos = np.asarray(bound, dtype=np.int64).copy()
+    if not len(pos) or not len(values):
+        return np.full(len(pos), -1, dtype=np.int64)
+    levels = [values]
+    while (1 << len(levels)) <= len(values):
+        prev, half = levels[-1], 1 << (len(levels) - 1)
+        levels.append(np.maximum(prev[:-half], prev[half:]))
+    for k in range(len(levels) - 1, -1, -1):
+        step = 1 << k
+        start = pos - step
+        can = start >= 0
+        can[can] = levels[k][start[can]] <= threshold[can]
+        pos[can] = start[can]
+    out: I64 = pos - 1
     return out

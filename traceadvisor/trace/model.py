@@ -432,27 +432,34 @@ class Trace:
     def steps(self) -> Steps:
         """Profiler steps with their CPU and GPU windows (see ``Steps``)."""
         ann = self.annotations
-        names = ann["name"].astype(str)
-        nums = names.str.extract(_STEP_NAME, expand=False)
-        is_step = nums.notna().to_numpy()
-        st = ann[is_step]
         cols = ["step", "name", "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "gpu_basis"]
-        if not len(st):
+        # The step number of each distinct annotation name (-1: not a step), then of each row.
+        codes, categories = name_codes(ann["name"])
+        number = np.full(len(categories), -1, dtype=np.int64)
+        for c in np.unique(codes[codes >= 0]).tolist():
+            m = _STEP_NAME.match(str(categories[c]))
+            if m:
+                number[c] = int(m.group(1))
+        row_number = np.where(codes >= 0, number[np.maximum(codes, 0)], -1)
+        is_step = np.flatnonzero(row_number >= 0)
+        if not len(is_step):
             return Steps(pd.DataFrame({c: [] for c in cols}))
+        # One window per step number (a step can be recorded once per thread in odd traces):
+        # the earliest start and latest end of each (step, name), in start order.
+        windows: dict[tuple[int, str], list[int]] = {}
+        ts, end = ann["ts_ns"].to_numpy()[is_step].tolist(), ann["end_ns"].to_numpy()[is_step].tolist()
+        for step, c, t, e in zip(row_number[is_step].tolist(), codes[is_step].tolist(), ts, end, strict=True):
+            w = windows.setdefault((step, str(categories[c])), [t, e])
+            w[0], w[1] = min(w[0], t), max(w[1], e)
+        keys = sorted(windows)
+        keys.sort(key=lambda k: windows[k][0])  # stable: ties stay in (step, name) order
         table = pd.DataFrame(
             {
-                "step": nums[is_step].astype(np.int64).to_numpy(),
-                "name": names[is_step].to_numpy(),
-                "cpu_start_ns": st["ts_ns"].to_numpy(),
-                "cpu_end_ns": st["end_ns"].to_numpy(),
+                "step": np.array([k[0] for k in keys], dtype=np.int64),
+                "name": np.array([k[1] for k in keys], dtype=object),
+                "cpu_start_ns": np.array([windows[k][0] for k in keys], dtype=np.int64),
+                "cpu_end_ns": np.array([windows[k][1] for k in keys], dtype=np.int64),
             }
-        )
-        # One window per step number (a step can be recorded once per thread in odd traces).
-        table = (
-            table.groupby(["step", "name"], as_index=False)
-            .agg(cpu_start_ns=("cpu_start_ns", "min"), cpu_end_ns=("cpu_end_ns", "max"))
-            .sort_values("cpu_start_ns", kind="stable")
-            .reset_index(drop=True)
         )
         gs, ge, basis = self._gpu_step_windows(table)
         table["gpu_start_ns"] = gs
@@ -478,17 +485,21 @@ class Trace:
         dev = self.device_ids[0] if self.device_ids else None
         if dev is None:
             return gs, ge, basis
-        g = self.gpu[(self.gpu["device"] == dev) & (self.gpu["launch"] >= 0)]
-        launch_ts = self.runtime["ts_ns"].to_numpy()[g["launch"].to_numpy()]
+        launch = self.gpu["launch"].to_numpy()
+        g = np.flatnonzero((self.gpu["device"].to_numpy() == dev) & (launch >= 0))
+        launch_ts = self.runtime["ts_ns"].to_numpy()[launch[g]]
         starts = table["cpu_start_ns"].to_numpy()
         ends = table["cpu_end_ns"].to_numpy()
         k = np.searchsorted(starts, launch_ts, side="right") - 1
         inside = (k >= 0) & (launch_ts < ends[np.maximum(k, 0)])
         if inside.any():
-            df = pd.DataFrame({"k": k[inside], "s": g["ts_ns"].to_numpy()[inside], "e": g["end_ns"].to_numpy()[inside]})
-            agg = df.groupby("k").agg(s=("s", "min"), e=("e", "max"))
-            rows = agg.index.to_numpy()
-            gs[rows], ge[rows] = agg["s"].to_numpy(), agg["e"].to_numpy()
+            k, g = k[inside], g[inside]
+            first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+            last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+            np.minimum.at(first, k, self.gpu["ts_ns"].to_numpy()[g])
+            np.maximum.at(last, k, self.gpu["end_ns"].to_numpy()[g])
+            rows = np.unique(k)
+            gs[rows], ge[rows] = first[rows], last[rows]
             for i in rows.tolist():
                 basis[i] = "launches"
         todo = [i for i in range(n) if basis[i] == "none"]
@@ -710,17 +721,28 @@ def _innermost_on_threads(events: pd.DataFrame, pid: I64, tid: I64, ts: I64) -> 
     out = np.full(len(ts), -1, dtype=np.int64)
     if not len(events) or not len(ts):
         return out
-    for (p, t), grp in events.groupby(["pid", "tid"], sort=False):
-        sel = np.flatnonzero((pid == p) & (tid == t))
+    # One sort puts each thread's events together, by start, longest first on ties.
+    e_pid, e_tid = events["pid"].to_numpy(), events["tid"].to_numpy()
+    order = np.lexsort((-events["dur_ns"].to_numpy(), events["ts_ns"].to_numpy(), e_tid, e_pid))
+    e_pid, e_tid = e_pid[order], e_tid[order]
+    starts, ends = events["ts_ns"].to_numpy()[order], events["end_ns"].to_numpy()[order]
+    rows = events.index.to_numpy()[order]
+    bounds = np.flatnonzero((e_pid[1:] != e_pid[:-1]) | (e_tid[1:] != e_tid[:-1])) + 1
+    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], strict=True):
+        sel = np.flatnonzero((pid == e_pid[a]) & (tid == e_tid[a]))
         if not len(sel):
             continue
-        order = np.lexsort((-grp["dur_ns"].to_numpy(), grp["ts_ns"].to_numpy()))
-        starts = grp["ts_ns"].to_numpy()[order]
-        ends = grp["end_ns"].to_numpy()[order]
-        rows = grp.index.to_numpy()[order]
-        pos = intervals.innermost(starts, ends, intervals.nest_parents(starts, ends), ts[sel])
-        out[sel] = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+        pos = intervals.innermost(starts[a:b], ends[a:b], ts[sel])
+        out[sel] = np.where(pos >= 0, rows[a:b][np.maximum(pos, 0)], -1)
     return out
+
+
+def name_codes(names: pd.Series) -> tuple[npt.NDArray[np.intp], pd.Index]:
+    """Codes (-1: missing) and distinct values of a name column, categorical or not."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        return names.cat.codes.to_numpy().astype(np.intp), names.cat.categories
+    codes, uniques = pd.factorize(names)
+    return codes.astype(np.intp), pd.Index(uniques)
 
 
 def _table(df: pd.DataFrame | None, family: str) -> pd.DataFrame:
@@ -743,4 +765,4 @@ def _read_metadata(events: list[Event]) -> tuple[dict[int, str], dict[tuple[int,
     return labels, threads
 
 
-__all__ = ["KERNEL", "MEMCPY", "MEMSET", "Steps", "Trace", "TraceMeta"]
+__all__ = ["KERNEL", "MEMCPY", "MEMSET", "Steps", "Trace", "TraceMeta", "name_codes"]
