@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXTERNAL = Path(__file__).resolve().parents[1].parent / "shared" / "external-traces"
+ROOT = Path(__file__).resolve().parents[1]
+EXTERNAL = ROOT.parent / "shared" / "external-traces"
 BERT = EXTERNAL / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
 MI250 = EXTERNAL / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 
@@ -80,3 +81,16 @@ def test_output_to_a_device_writes_through_it() -> None:
     p = run("analyze", str(MI250), "--format", "json", "--output", "/dev/null")
     assert p.returncode == 0, p.stderr
     assert Path("/dev/null").is_char_device()
+
+
+def test_process_ends_without_teardown_but_with_complete_output(tmp_path: Path) -> None:
+    """``run`` ends the process with ``os._exit`` after ``analyze`` (no interpreter teardown): the
+    report on stdout (a pipe) and in --output must still be complete, and the status kept."""
+    trace = str(ROOT / "fixtures" / "traces" / "planted_sync_in_loop.json.gz")
+    piped = run("analyze", trace, "--format", "json")
+    assert piped.returncode == 0
+    assert json.loads(piped.stdout)["findings"]
+    out = tmp_path / "report.json"
+    failing = run("analyze", trace, "--format", "json", "--output", str(out), "--fail-on", "low")
+    assert failing.returncode == 1
+    assert json.loads(out.read_text())["findings"] == json.loads(piped.stdout)["findings"]

@@ -1,5 +1,5 @@
 """``python -m traceadvisor``."""
 
-from traceadvisor.cli import main
+from traceadvisor.cli import run
 
-main()
+run()

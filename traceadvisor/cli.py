@@ -159,9 +159,16 @@ def analyze(
             write_bytes(output, data)
         except OSError as exc:
             raise _fail(f"{output}: cannot write report ({exc.strerror or exc})") from None
+    global _report_written
+    _report_written = True
     worst = report.worst_severity()
     if fail_on is not None and worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(fail_on.value):
         raise typer.Exit(code=EXIT_FINDINGS)
+
+
+# Set once `analyze` has written its report: the process may then end without the interpreter's
+# teardown (see ``run``).
+_report_written = False
 
 
 def _config(path: Path | None, select: list[str] | None, ignore: list[str] | None, rules_dir: list[Path] | None):  # type: ignore[no-untyped-def]
@@ -230,8 +237,31 @@ def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:
     return render_text.render(report, color=to_terminal).encode()
 
 
+def run() -> None:
+    """The process entry point (console script, ``python -m traceadvisor``): ``main``, then, after
+    ``analyze`` has written its report, ``os._exit`` with the exit status. An interpreter's normal
+    teardown frees every table object by object (about 0.1 s after a 100 MB trace, measured) for
+    nothing; output is flushed first, no atexit handler of ours matters for ``analyze``, and the
+    report file is already complete (written atomically). Other commands (``capture`` runs the
+    user's program, whose atexit handlers must run) end normally."""
+    import os
+
+    try:
+        main()
+    except SystemExit as exc:
+        if not _report_written:
+            raise
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            raise exc from None  # let the interpreter report (or swallow) the broken stream as usual
+        os._exit(code)
+
+
 def main() -> None:
-    """Console-script entry point: usage errors exit 2 with one line, as bad input does.
+    """Command-line entry point: usage errors exit 2 with one line, as bad input does.
 
     Never a traceback: an unexpected exception is reported in one line too (exit 2), and
     ``TRACEADVISOR_DEBUG=1`` shows its traceback. Library warnings (numpy overflow on absurd
