@@ -329,9 +329,8 @@ def _state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _objects(values: list[Any], rows: int) -> np.ndarray[Any, np.dtype[np.object_]]:
-    out = np.empty(rows, dtype=object)
-    out[:] = values
-    return out
+    # fromiter takes each item as it is (a slice assignment inspects every item: 4x slower)
+    return np.fromiter(values, dtype=object, count=rows)
 
 
 def _text(raw: bytes | tuple[bytes] | None) -> str | None:
