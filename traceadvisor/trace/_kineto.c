@@ -296,6 +296,7 @@ typedef struct {
     long long negative_durations;
     long long events;
     int busy;
+    int sep; /* where between events the last feed stopped: see decode_range */
 } Decoder;
 
 static PyObject *Unsupported;
@@ -1300,13 +1301,26 @@ static const CatSpec *find_cat(const Val *v) {
  * Decode events from buf[start:end]. Returns 0 and sets *stop (offset of the first byte not
  * consumed) and *closed (the array's ']' was read); or -1 with an error (c->err).
  */
+/*
+ * Separators, as the Python path reads them without a warning: any blank space and commas before
+ * the first event and before the closing ']' (reader._skip_separators, _rstrip_separators), and
+ * exactly one comma between two events (msgspec rejects ",," or a missing comma there, and the
+ * Python path then reads the event leniently, with a warning: refused here).
+ */
+enum { SEP_START = 0, SEP_AFTER_EVENT, SEP_AFTER_COMMA, SEP_EXTRA_COMMAS };
+
 static int decode_range(Decoder *self, Cur *c, const char *start, int final, const char **stop, int *closed) {
     const char *p = start, *end = c->end;
     Event e;
     *closed = 0;
     for (;;) {
-        /* separators between events: blank space and commas (reader._skip_separators) */
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ',')) p++;
+        for (; p < end; p++) {
+            char ch = *p;
+            if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t') continue;
+            if (ch != ',') break;
+            if (self->sep == SEP_AFTER_EVENT) self->sep = SEP_AFTER_COMMA;
+            else if (self->sep == SEP_AFTER_COMMA) self->sep = SEP_EXTRA_COMMAS;
+        }
         if (p >= end) {
             *stop = p;
             if (final) {
@@ -1328,6 +1342,12 @@ static int decode_range(Decoder *self, Cur *c, const char *start, int final, con
             c->at = p;
             return -1;
         }
+        if (self->sep == SEP_AFTER_EVENT || self->sep == SEP_EXTRA_COMMAS) {
+            c->err = ERR_BAD;
+            c->why = self->sep == SEP_AFTER_EVENT ? "no comma between two events" : "repeated commas between events";
+            c->at = p;
+            return -1;
+        }
         const char *ev_start = p;
         const char *q = scan_event(c, p, &e);
         if (!q) {
@@ -1343,6 +1363,7 @@ static int decode_range(Decoder *self, Cur *c, const char *start, int final, con
             return -1;
         }
         p = q;
+        self->sep = SEP_AFTER_EVENT;
         self->events++;
         const Val *cat = &e.ev[E_CAT];
         const CatSpec *cs = NULL;
