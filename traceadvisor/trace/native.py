@@ -26,6 +26,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from queue import Empty, Full, Queue
 from typing import Any
 
 import msgspec
@@ -250,7 +251,7 @@ def _cpus() -> int:
 # -- gzip: inflate and decode on one worker thread -----------------------------------------------
 def _read_gzip(path: Path, max_bytes: int) -> tuple[ColumnSink, ReadResult]:
     result = ReadResult()
-    blocks = iter_blocks(path, result, max_bytes)
+    blocks = _inflated_ahead(iter_blocks(path, result, max_bytes))
     buf, legacy = read_head(path, blocks, result)
     decoder = _kineto.Decoder()
     pending = buf
@@ -272,6 +273,47 @@ def _read_gzip(path: Path, max_bytes: int) -> tuple[ColumnSink, ReadResult]:
         tail_parts.append(pending[stop:])
     _tail(b"".join(tail_parts), legacy, result)
     return _sink([decoder]), result
+
+
+def _inflated_ahead(blocks: Iterator[bytes], depth: int = 4) -> Iterator[bytes]:
+    """``blocks``, inflated by a producer thread up to ``depth`` blocks ahead of the consumer: zlib
+    and the decoder both release the GIL, so inflating the next blocks overlaps decoding this one
+    (100 MB of JSON: 0.22 s inflate, 0.3 s decode, one after the other before)."""
+    queue: Queue[tuple[str, Any]] = Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for block in blocks:
+                while not stop.is_set():
+                    try:
+                        queue.put(("block", block), timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put(("end", None))
+        except BaseException as exc:  # handed to the consumer, raised there (TraceError: too big...)
+            queue.put(("error", exc))
+
+    producer = threading.Thread(target=produce, name="traceadvisor-inflate", daemon=True)
+    producer.start()
+    try:
+        while True:
+            kind, value = queue.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        while producer.is_alive():  # unblock a producer waiting on a full queue, then let it end
+            try:
+                queue.get_nowait()
+            except Empty:
+                producer.join(0.05)
 
 
 # -- after the array -----------------------------------------------------------------------------
