@@ -887,7 +887,20 @@ static int row_times(Decoder *self, const Event *e, int64_t *ts, int64_t *dur, i
     return 0;
 }
 
-/* 0 ok, -1 memory, -2 unsupported value */
+/*
+ * Row builders: 0 ok, -1 out of memory, -2 a value the Python path must read (the caller then
+ * refuses the whole file, so a row left half-appended is never used).
+ */
+
+/* str(value) columns take strings or null only */
+static int strings_ok(const Val *const *vals, int n) {
+    for (int i = 0; i < n; i++) {
+        int t = vals[i]->t;
+        if (t != V_NONE && t != V_NULL && t != V_STR && t != V_STRE) return 0;
+    }
+    return 1;
+}
+
 static int add_collective(Decoder *self, const Event *e, int64_t ts, int64_t dur, int on_gpu) {
     const Val *a = e->arg;
     int64_t pid, tid, corr, ext, gsize, seq;
@@ -895,17 +908,10 @@ static int add_collective(Decoder *self, const Event *e, int64_t ts, int64_t dur
     const Val *extv, *pgv;
     first_of(&a[A_EXT_ID], &a[A_EXT_ID_LOWER], &extv);
     first_of(&a[A_PG_NAME], &a[A_PG_NAME_OLD], &pgv);
-    NUM(val_i64(&e->ev[E_PID], &pid));
-    NUM(val_i64(&e->ev[E_TID], &tid));
-    NUM(val_i64(&a[A_CORRELATION], &corr));
-    NUM(val_i64(extv, &ext));
-    NUM(val_f64(&a[A_IN_NELEMS], &in_n));
-    NUM(val_f64(&a[A_OUT_NELEMS], &out_n));
-    NUM(val_i64(&a[A_GROUP_SIZE], &gsize));
-    NUM(val_i64(&a[A_SEQ], &seq));
     const Val *strs[4] = {&a[A_COLL_NAME], &a[A_DTYPE], pgv, &a[A_PG_RANKS]};
-    for (int i = 0; i < 4; i++)
-        if (strs[i]->t != V_NONE && strs[i]->t != V_NULL && strs[i]->t != V_STR && strs[i]->t != V_STRE) return -2;
+    NUM(val_i64(&e->ev[E_PID], &pid) || val_i64(&e->ev[E_TID], &tid) || val_i64(&a[A_CORRELATION], &corr) ||
+        val_i64(extv, &ext) || val_f64(&a[A_IN_NELEMS], &in_n) || val_f64(&a[A_OUT_NELEMS], &out_n) ||
+        val_i64(&a[A_GROUP_SIZE], &gsize) || val_i64(&a[A_SEQ], &seq) || !strings_ok(strs, 4));
     int f = F_COLLECTIVES, un = 0;
     mark_seen(self, f);
     TRY(put_i64(COL(f, 0), ts));
@@ -927,9 +933,10 @@ static int add_collective(Decoder *self, const Event *e, int64_t ts, int64_t dur
     return 0;
 }
 
-static int has_collective(const Event *e) {
+/* A collective's metadata rides on a host op or a kernel (format doc section 4.9) */
+static int maybe_collective(Decoder *self, const Event *e, int64_t ts, int64_t dur, int on_gpu) {
     int t = e->arg[A_COLL_NAME].t;
-    return t != V_NONE && t != V_NULL;
+    return (t == V_NONE || t == V_NULL) ? 0 : add_collective(self, e, ts, dur, on_gpu);
 }
 
 static int32_t name_code(Decoder *self, int f, const Val *v, int *unsupported) {
@@ -942,43 +949,40 @@ static int32_t name_code(Decoder *self, int f, const Val *v, int *unsupported) {
     return 0;
 }
 
-/*
- * Append one event of a tabled family. Every value is converted before anything is appended,
- * so an unsupported value leaves the columns untouched. 0 ok, -1 memory, -2 unsupported.
- */
+/* The columns every named family starts with: ts_ns, dur_ns, name. */
+static int row_start(Decoder *self, const Event *e, int f, int64_t *ts, int64_t *dur) {
+    int un = 0;
+    NUM(row_times(self, e, ts, dur, 1));
+    int32_t code = name_code(self, f, &e->ev[E_NAME], &un);
+    if (un) return -2;
+    if (code < 0) return -1;
+    mark_seen(self, f);
+    TRY(put_i64(COL(f, 0), *ts));
+    TRY(put_i64(COL(f, 1), *dur));
+    TRY(put_i32(COL(f, 2), code));
+    return 0;
+}
+
+#define START(f)                                       \
+    do {                                               \
+        int _r = row_start(self, e, (f), &ts, &dur);  \
+        if (_r) return _r;                             \
+    } while (0)
+
+/* Append one event of a tabled family (columns.py's builder of the same family). */
 static int add_event(Decoder *self, const Event *e, int f, int flag) {
     const Val *a = e->arg;
     const Val *ev = e->ev;
     int64_t ts = 0, dur = 0;
-    int un = 0;
-    int32_t code;
-    long long neg_before = self->negative_durations;
-    int r;
-#define CONVERT(x) \
-    do { if ((x)) { self->negative_durations = neg_before; return -2; } } while (0)
 
     switch (f) {
         case F_HOST: {
             int64_t pid, tid, ext, seq, fwd, rf;
             const Val *extv;
             first_of(&a[A_EXT_ID], &a[A_EXT_ID_LOWER], &extv);
-            CONVERT(row_times(self, e, &ts, &dur, 1));
-            CONVERT(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(extv, &ext) ||
-                    val_i64(&a[A_SEQ_NR], &seq) || val_i64(&a[A_FWD_TID], &fwd) || val_i64(&a[A_RF_ID], &rf));
-            if (has_collective(e)) {
-                /* checked before the row is added, so a bad collective leaves nothing half-added */
-                const Val *strs[4] = {&a[A_COLL_NAME], &a[A_DTYPE], &a[A_PG_NAME], &a[A_PG_RANKS]};
-                for (int i = 0; i < 4; i++)
-                    if (strs[i]->t != V_NONE && strs[i]->t != V_NULL && strs[i]->t != V_STR && strs[i]->t != V_STRE)
-                        CONVERT(1);
-            }
-            code = name_code(self, f, &ev[E_NAME], &un);
-            if (un) CONVERT(1);
-            if (code < 0) return -1;
-            mark_seen(self, f);
-            TRY(put_i64(COL(f, 0), ts));
-            TRY(put_i64(COL(f, 1), dur));
-            TRY(put_i32(COL(f, 2), code));
+            NUM(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(extv, &ext) ||
+                val_i64(&a[A_SEQ_NR], &seq) || val_i64(&a[A_FWD_TID], &fwd) || val_i64(&a[A_RF_ID], &rf));
+            START(f);
             TRY(put_u8(COL(f, 3), (uint8_t)flag));
             TRY(put_i64(COL(f, 4), pid));
             TRY(put_i64(COL(f, 5), tid));
@@ -991,24 +995,13 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             TRY(put_rawval(self, COL(f, 12), &a[A_INPUT_TYPE]));
             TRY(put_rawval(self, COL(f, 13), &a[A_CONCRETE]));
             self->fam[f].rows++;
-            if (has_collective(e)) {
-                r = add_collective(self, e, ts, dur, 0);
-                if (r) return r;
-            }
-            return 0;
+            return maybe_collective(self, e, ts, dur, 0);
         }
         case F_FRAMES: {
             int64_t pid, tid, pyid, pyparent, mod;
-            CONVERT(row_times(self, e, &ts, &dur, 1));
-            CONVERT(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(&a[A_PY_ID], &pyid) ||
-                    val_i64(&a[A_PY_PARENT], &pyparent) || val_i64(&a[A_PY_MODULE], &mod));
-            code = name_code(self, f, &ev[E_NAME], &un);
-            if (un) CONVERT(1);
-            if (code < 0) return -1;
-            mark_seen(self, f);
-            TRY(put_i64(COL(f, 0), ts));
-            TRY(put_i64(COL(f, 1), dur));
-            TRY(put_i32(COL(f, 2), code));
+            NUM(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(&a[A_PY_ID], &pyid) ||
+                val_i64(&a[A_PY_PARENT], &pyparent) || val_i64(&a[A_PY_MODULE], &mod));
+            START(f);
             TRY(put_i64(COL(f, 3), pid));
             TRY(put_i64(COL(f, 4), tid));
             TRY(put_i64(COL(f, 5), pyid));
@@ -1022,16 +1015,9 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             const Val *extv, *cbv;
             first_of(&a[A_EXT_ID], &a[A_EXT_ID_LOWER], &extv);
             first_of(&a[A_CBID], &a[A_CID], &cbv);
-            CONVERT(row_times(self, e, &ts, &dur, 1));
-            CONVERT(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(&a[A_CORRELATION], &corr) ||
-                    val_i64(extv, &ext) || val_i64(cbv, &cbid) || val_i64(&a[A_STREAM], &stream));
-            code = name_code(self, f, &ev[E_NAME], &un);
-            if (un) CONVERT(1);
-            if (code < 0) return -1;
-            mark_seen(self, f);
-            TRY(put_i64(COL(f, 0), ts));
-            TRY(put_i64(COL(f, 1), dur));
-            TRY(put_i32(COL(f, 2), code));
+            NUM(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(&a[A_CORRELATION], &corr) ||
+                val_i64(extv, &ext) || val_i64(cbv, &cbid) || val_i64(&a[A_STREAM], &stream));
+            START(f);
             TRY(put_u8(COL(f, 3), (uint8_t)flag));
             TRY(put_i64(COL(f, 4), pid));
             TRY(put_i64(COL(f, 5), tid));
@@ -1048,26 +1034,13 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             const Val *extv, *bytesv;
             first_of(&a[A_EXT_ID], &a[A_EXT_ID_LOWER], &extv);
             first_of(&a[A_BYTES], &a[A_SIZE], &bytesv);
-            CONVERT(row_times(self, e, &ts, &dur, 1));
-            CONVERT(val_i64(&a[A_DEVICE], &dev) || val_i64(&ev[E_PID], &pid) || val_i64(&a[A_STREAM], &stream) ||
-                    val_i64(&ev[E_TID], &tid) || val_i64(&a[A_CORRELATION], &corr) || val_i64(extv, &ext) ||
-                    val_xyz(&a[A_GRID], grid) || val_xyz(&a[A_BLOCK], block) || val_f64(&a[A_REGISTERS], &regs) ||
-                    val_f64(&a[A_SHARED_MEM], &smem) || val_f64(&a[A_BLOCKS_PER_SM], &bps) ||
-                    val_f64(&a[A_WARPS_PER_SM], &wps) || val_f64(&a[A_OCCUPANCY], &occ) ||
-                    val_i64(&a[A_GRAPH_ID], &gid) || val_f64(bytesv, &bytes));
-            if (has_collective(e)) {
-                const Val *strs[4] = {&a[A_COLL_NAME], &a[A_DTYPE], &a[A_PG_NAME], &a[A_PG_RANKS]};
-                for (int i = 0; i < 4; i++)
-                    if (strs[i]->t != V_NONE && strs[i]->t != V_NULL && strs[i]->t != V_STR && strs[i]->t != V_STRE)
-                        CONVERT(1);
-            }
-            code = name_code(self, f, &ev[E_NAME], &un);
-            if (un) CONVERT(1);
-            if (code < 0) return -1;
-            mark_seen(self, f);
-            TRY(put_i64(COL(f, 0), ts));
-            TRY(put_i64(COL(f, 1), dur));
-            TRY(put_i32(COL(f, 2), code));
+            NUM(val_i64(&a[A_DEVICE], &dev) || val_i64(&ev[E_PID], &pid) || val_i64(&a[A_STREAM], &stream) ||
+                val_i64(&ev[E_TID], &tid) || val_i64(&a[A_CORRELATION], &corr) || val_i64(extv, &ext) ||
+                val_xyz(&a[A_GRID], grid) || val_xyz(&a[A_BLOCK], block) || val_f64(&a[A_REGISTERS], &regs) ||
+                val_f64(&a[A_SHARED_MEM], &smem) || val_f64(&a[A_BLOCKS_PER_SM], &bps) ||
+                val_f64(&a[A_WARPS_PER_SM], &wps) || val_f64(&a[A_OCCUPANCY], &occ) ||
+                val_i64(&a[A_GRAPH_ID], &gid) || val_f64(bytesv, &bytes));
+            START(f);
             TRY(put_u8(COL(f, 3), (uint8_t)flag));
             TRY(put_i64(COL(f, 4), dev >= 0 ? dev : pid));
             TRY(put_i64(COL(f, 5), stream >= 0 ? stream : tid));
@@ -1083,23 +1056,12 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             TRY(put_i64(COL(f, 19), gid));
             TRY(put_f64(COL(f, 20), bytes));
             self->fam[f].rows++;
-            if (has_collective(e)) {
-                r = add_collective(self, e, ts, dur, 1);
-                if (r) return r;
-            }
-            return 0;
+            return maybe_collective(self, e, ts, dur, 1);
         }
         case F_GPU_ANN: {
             int64_t pid, tid, ext;
-            CONVERT(row_times(self, e, &ts, &dur, 1));
-            CONVERT(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(&a[A_EXT_ID], &ext));
-            code = name_code(self, f, &ev[E_NAME], &un);
-            if (un) CONVERT(1);
-            if (code < 0) return -1;
-            mark_seen(self, f);
-            TRY(put_i64(COL(f, 0), ts));
-            TRY(put_i64(COL(f, 1), dur));
-            TRY(put_i32(COL(f, 2), code));
+            NUM(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_i64(&a[A_EXT_ID], &ext));
+            START(f);
             TRY(put_i64(COL(f, 3), pid));
             TRY(put_i64(COL(f, 4), tid));
             TRY(put_i64(COL(f, 5), ext));
@@ -1108,17 +1070,10 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
         }
         case F_SYNCS: {
             int64_t pid, dev, stream, corr, ext, wstream, wevent;
-            CONVERT(row_times(self, e, &ts, &dur, 1));
-            CONVERT(val_i64(&ev[E_PID], &pid) || val_i64(&a[A_DEVICE], &dev) || val_i64(&a[A_STREAM], &stream) ||
-                    val_i64(&a[A_CORRELATION], &corr) || val_i64(&a[A_EXT_ID], &ext) ||
-                    val_i64(&a[A_WAIT_STREAM], &wstream) || val_i64(&a[A_WAIT_EVENT], &wevent));
-            code = name_code(self, f, &ev[E_NAME], &un);
-            if (un) CONVERT(1);
-            if (code < 0) return -1;
-            mark_seen(self, f);
-            TRY(put_i64(COL(f, 0), ts));
-            TRY(put_i64(COL(f, 1), dur));
-            TRY(put_i32(COL(f, 2), code));
+            NUM(val_i64(&ev[E_PID], &pid) || val_i64(&a[A_DEVICE], &dev) || val_i64(&a[A_STREAM], &stream) ||
+                val_i64(&a[A_CORRELATION], &corr) || val_i64(&a[A_EXT_ID], &ext) ||
+                val_i64(&a[A_WAIT_STREAM], &wstream) || val_i64(&a[A_WAIT_EVENT], &wevent));
+            START(f);
             TRY(put_i64(COL(f, 3), dev >= 0 ? dev : pid));
             TRY(put_i64(COL(f, 4), stream));
             TRY(put_i64(COL(f, 5), corr));
@@ -1128,24 +1083,26 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             self->fam[f].rows++;
             return 0;
         }
+        case F_OVERHEAD:
+            START(f);
+            self->fam[f].rows++;
+            return 0;
         case F_MEMORY: {
             mark_seen(self, f); /* the Python path makes the table even when no row passes the filter */
             const Val *nm = &ev[E_NAME];
-            if (nm->t == V_STRE) return -2;
-            if (nm->t != V_STR) {
-                if (nm->t == V_NONE || nm->t == V_NULL) return 0;
-                return -2;
-            }
+            if (nm->t == V_NONE || nm->t == V_NULL) return 0;
+            if (nm->t != V_STR) return -2;
             if (!((nm->n == 8 && memcmp(nm->s, "[memory]", 8) == 0) ||
                   (nm->n == 13 && memcmp(nm->s, "[OutOfMemory]", 13) == 0)))
                 return 0;
             int64_t pid, tid, dtype, did;
             double bytes, alloc, reserved;
-            CONVERT(row_times(self, e, &ts, &dur, 0));
-            CONVERT(val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) || val_f64(&a[A_MEM_BYTES], &bytes) ||
-                    val_f64(&a[A_TOTAL_ALLOC], &alloc) || val_f64(&a[A_TOTAL_RESERVED], &reserved) ||
-                    val_i64(&a[A_DEVICE_TYPE], &dtype) || val_i64(&a[A_DEVICE_ID], &did));
-            code = name_code(self, f, nm, &un);
+            int un = 0;
+            NUM(row_times(self, e, &ts, &dur, 0) || val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) ||
+                val_f64(&a[A_MEM_BYTES], &bytes) || val_f64(&a[A_TOTAL_ALLOC], &alloc) ||
+                val_f64(&a[A_TOTAL_RESERVED], &reserved) || val_i64(&a[A_DEVICE_TYPE], &dtype) ||
+                val_i64(&a[A_DEVICE_ID], &did));
+            int32_t code = name_code(self, f, nm, &un);
             if (code < 0) return -1;
             TRY(put_i64(COL(f, 0), ts));
             TRY(put_i32(COL(f, 1), code));
@@ -1159,24 +1116,12 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             self->fam[f].rows++;
             return 0;
         }
-        case F_OVERHEAD: {
-            CONVERT(row_times(self, e, &ts, &dur, 1));
-            code = name_code(self, f, &ev[E_NAME], &un);
-            if (un) CONVERT(1);
-            if (code < 0) return -1;
-            mark_seen(self, f);
-            TRY(put_i64(COL(f, 0), ts));
-            TRY(put_i64(COL(f, 1), dur));
-            TRY(put_i32(COL(f, 2), code));
-            self->fam[f].rows++;
-            return 0;
-        }
         case F_FLOWS: {
             int64_t id, pid, tid;
             const Val *ph = &ev[E_PH];
             if (ph->t == V_STRE || (ph->t != V_STR && ph->t != V_NONE && ph->t != V_NULL)) return -2;
-            CONVERT(row_times(self, e, &ts, &dur, 0));
-            CONVERT(val_i64(&ev[E_ID], &id) || val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid));
+            NUM(row_times(self, e, &ts, &dur, 0) || val_i64(&ev[E_ID], &id) || val_i64(&ev[E_PID], &pid) ||
+                val_i64(&ev[E_TID], &tid));
             mark_seen(self, f);
             TRY(put_i64(COL(f, 0), ts));
             TRY(put_u8(COL(f, 1), (uint8_t)(ph->t == V_STR && ph->n == 1 && ph->s[0] == 's')));
@@ -1188,7 +1133,6 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             return 0;
         }
     }
-#undef CONVERT
     return 0;
 }
 
