@@ -112,28 +112,42 @@ def _run(
     work: Callable[[], tuple[ColumnSink, ReadResult]], meanwhile: Callable[[], object] | None
 ) -> tuple[ColumnSink, ReadResult] | None:
     """``work()`` on a worker thread while ``meanwhile()`` runs here; None if the decoder refused."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as exc:  # re-raised on the calling thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, name="traceadvisor-decode", daemon=True)
-    worker.start()
+    worker = _Background(work, "traceadvisor-decode")
     try:
         if meanwhile is not None:
             meanwhile()
     finally:
-        worker.join()
-    error = box.get("error")
-    if isinstance(error, (_Refused, _kineto.Unsupported)):
+        worker.wait()
+    try:
+        return worker.result()  # type: ignore[no-any-return]
+    except (_Refused, _kineto.Unsupported):
         return None
-    if error is not None:
-        raise error
-    value: tuple[ColumnSink, ReadResult] = box["value"]
-    return value
+
+
+class _Background:
+    """``fn()`` on a daemon thread; ``result()`` gives its value or raises its exception here."""
+
+    def __init__(self, fn: Callable[[], Any], name: str) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._target, name=name, daemon=True)
+        self._thread.start()
+
+    def _target(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # re-raised by result() on the waiting thread
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 # -- uncompressed: a memory map, two threads -----------------------------------------------------
@@ -152,25 +166,14 @@ def _read_mapped(path: Path, mm: mmap.mmap) -> tuple[ColumnSink, ReadResult]:
         parts.append(first)
     else:
         first, second = _kineto.Decoder(), _kineto.Decoder()
-        box: dict[str, Any] = {}
-
-        def read_second() -> None:
-            try:
-                box["close"] = _decode_slices(second, mm, mid, size, final=True)
-            except BaseException as exc:
-                box["error"] = exc
-
-        helper = threading.Thread(target=read_second, name="traceadvisor-decode-2", daemon=True)
-        helper.start()
+        later = _Background(lambda: _decode_slices(second, mm, mid, size, final=True), "traceadvisor-decode-2")
         try:
             stop = _decode_slices(first, mm, events_at, mid, final=False)
         finally:
-            helper.join()
+            later.wait()
         parts.append(first)
         if stop == mid:  # the first half ended exactly at the candidate: a true event boundary
-            if "error" in box:
-                raise box["error"]
-            close = box["close"]
+            close = later.result()
             parts.append(second)
         else:  # the candidate was inside an event: the first decoder reads on alone
             del second
