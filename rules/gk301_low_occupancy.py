@@ -73,13 +73,22 @@ class LowOccupancy(Rule):
         if sms > 0:
             by_grid = (blocks / sms).clip(upper=1.0).to_numpy()
             coverage = np.where(np.isnan(coverage), by_grid, coverage)
-        df = k.assign(coverage=coverage, blocks=blocks)
+        # Only the columns used below: a copy of the whole kernel table costs more than the rule.
+        cols = ["name", "ts_ns", "dur_ns", "stream", *(["op"] if "op" in k else [])]
+        df = k[cols].assign(coverage=coverage, blocks=blocks)
         df = df[df["coverage"].notna()]
         if not len(df):
             return
         df = df.assign(weighted=df["coverage"] * df["dur_ns"])
-        g = df.groupby("name", observed=True).agg(
-            dur_ns=("dur_ns", "sum"), weighted=("weighted", "sum"), n=("dur_ns", "size"), blocks=("blocks", "median")
+        g = (
+            df[["name", "dur_ns", "weighted", "blocks"]]
+            .groupby("name", observed=True)
+            .agg(
+                dur_ns=("dur_ns", "sum"),
+                weighted=("weighted", "sum"),
+                n=("dur_ns", "size"),
+                blocks=("blocks", "median"),
+            )
         )
         g["coverage"] = g["weighted"] / g["dur_ns"]
         g["pct"] = 100.0 * g["dur_ns"] / total
@@ -92,7 +101,8 @@ class LowOccupancy(Rule):
         hot = hot.sort_values("dur_ns", ascending=False)
         impact = float((hot["dur_ns"] * (1.0 - hot["coverage"])).sum())
         names = [str(n) for n in hot.index]
-        rows = df[df["name"].astype(str).isin(names)]
+        hot_codes = df["name"].cat.categories.get_indexer(hot.index)  # distinct names: one code each
+        rows = df[np.isin(df["name"].cat.codes.to_numpy(), hot_codes)]
         worst = rows.nlargest(5, "dur_ns")
         evidence = [
             Evidence(

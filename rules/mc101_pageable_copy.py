@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, evidence_from, location_of
+from traceadvisor.rules_api import Capability, category_mask, evidence_from, location_of
 
 MEMCPY = 1
 SYNC_COPY_CALLS = ("cudaMemcpy", "cudaMemcpy2D", "hipMemcpy")
@@ -64,11 +64,14 @@ class PageableCopy(Rule):
         opts: Options = self.options
         g = trace.gpu
         copies = g[g["kind"] == MEMCPY]
-        names = copies["name"].astype(str)
-        pageable = copies[names.str.contains("Pageable", regex=False).to_numpy()]
-        pinned = copies[names.str.contains("Pinned", regex=False).to_numpy() & (copies["bytes"] >= 1 << 20)]
+        # Names are tested once per distinct name (category_mask), not once per row.
+        names = copies["name"]
+        pageable = copies[category_mask(names, lambda n: n.str.contains("Pageable", regex=False))]
+        pinned = copies[
+            category_mask(names, lambda n: n.str.contains("Pinned", regex=False)) & (copies["bytes"] >= 1 << 20)
+        ]
         rt = trace.runtime
-        sync_calls = rt[rt["name"].astype(str).isin(SYNC_COPY_CALLS).to_numpy()]
+        sync_calls = rt[category_mask(rt["name"], lambda n: n.isin(SYNC_COPY_CALLS))]
         steps = trace.steps.table
         if len(steps):
             sync_calls = sync_calls[trace.step_of(sync_calls["ts_ns"].to_numpy()) >= 0]

@@ -97,11 +97,12 @@ class OptimizerNotFused(Rule):
         launching = k["op"].to_numpy()
         at = host.index.get_indexer(launching)
         k_ann = _holding(ann, host["pid"].to_numpy()[at], host["tid"].to_numpy()[at], host["ts_ns"].to_numpy()[at])
-        names = trace.ops["name"]  # categorical: test each distinct name once
+        # Multi-tensor ops, read from host columns (a copy of the op table costs more than this rule).
+        names = host["name"]  # categorical: test each distinct name once
         multi_name = np.asarray(names.cat.categories.astype(str).str.contains("|".join(MULTI_TENSOR_MARKS)))
         codes = names.cat.codes.to_numpy()
-        multi = trace.ops[(codes >= 0) & multi_name[np.maximum(codes, 0)]]
-        in_step = _holding(ann, multi["pid"].to_numpy(), multi["tid"].to_numpy(), multi["ts_ns"].to_numpy())
+        multi = np.flatnonzero(~host["is_annotation"].to_numpy() & (codes >= 0) & multi_name[np.maximum(codes, 0)])
+        in_step = _holding(ann, *(host[c].to_numpy()[multi] for c in ("pid", "tid", "ts_ns")))
         has_multi = np.bincount(in_step + 1, minlength=len(ann) + 1)[1:] > 0
         inside = k_ann >= 0
         kk = pd.DataFrame(

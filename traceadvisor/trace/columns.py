@@ -379,23 +379,31 @@ class ColumnSink:
         store = self.parts.get(family)
         if not store:
             return pd.DataFrame()
+        raw_json = ("input_dims", "input_types", "concrete_inputs")  # host columns (_raw, native kind "R")
         data: dict[str, Any] = {}
         for k, chunks in store.items():
             arr = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             if k == "name":
                 data[k] = self.interner(family).categorical(arr)
+            elif k in raw_json:
+                # Raw JSON bytes or None, never str: typed as object up front, or pandas would scan
+                # every row to infer a type (a third of building the host table) and keep object.
+                data[k] = pd.Series(arr, dtype=object, copy=False)
             else:
                 data[k] = arr
         store.clear()
+        ts = data["ts_ns"]
+        dur = data.get("dur_ns")
+        bad = ts == MISSING_TIME
+        if dur is not None:
+            bad |= dur == MISSING_TIME
+            data["end_ns"] = ts + dur  # the rows it is wrong on (bad times) are dropped below
         df = pd.DataFrame(data, copy=False)
-        bad = df["ts_ns"] == MISSING_TIME
-        if "dur_ns" in df:
-            bad |= df["dur_ns"] == MISSING_TIME
+        if not bad.any() and family != "collectives":
+            return df  # already labelled 0..n-1
         if bad.any():
             self.bad_times += int(bad.sum())
             df = df[~bad]
-        if "dur_ns" in df:
-            df["end_ns"] = df["ts_ns"] + df["dur_ns"]
         if family == "collectives":
             # Rows come from two builders (host ops, GPU kernels) in batch order: make it an order
             # that does not depend on where batches were cut.

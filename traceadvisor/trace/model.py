@@ -356,13 +356,26 @@ class Trace:
                 gpu.loc[missing, "op"] = self._ops_by_ext_id(gpu.loc[missing, "ext_id"].to_numpy())
         return None
 
-    def _ops_by_ext_id(self, ext: I64) -> I64:
-        ops = self.ops
-        idx = pd.Index(ops["ext_id"].to_numpy())
-        rows = ops.index.to_numpy()
+    @cached_property
+    def _is_op(self) -> npt.NDArray[np.bool_]:
+        """Which host rows are CPU ops: the links read op columns through it, not through ``ops``
+        (a copy of the whole host table, object columns included, that only some rules need)."""
+        is_op: npt.NDArray[np.bool_] = ~self.host["is_annotation"].to_numpy()
+        return is_op
+
+    @cached_property
+    def _op_by_ext_id(self) -> tuple[pd.Index, I64]:
+        """Distinct op External ids (first op of each) and the host row of each."""
+        is_op = self._is_op
+        idx = pd.Index(self.host["ext_id"].to_numpy()[is_op])
+        rows = self.host.index.to_numpy()[is_op]
         if not idx.is_unique:
             keep = ~idx.duplicated()
             idx, rows = idx[keep], rows[keep]
+        return idx, rows
+
+    def _ops_by_ext_id(self, ext: I64) -> I64:
+        idx, rows = self._op_by_ext_id
         if not len(rows):
             return np.full(len(ext), -1, dtype=np.int64)
         p = idx.get_indexer(ext)
@@ -385,7 +398,11 @@ class Trace:
 
     def innermost_op_at(self, pid: I64, tid: I64, ts: I64) -> I64:
         """Host row of the innermost CPU op on ``(pid, tid)`` whose span contains ``ts`` (-1 if none)."""
-        return _innermost_on_threads(self.ops, pid, tid, ts)
+        return self._op_lanes.innermost(pid, tid, ts)
+
+    @cached_property
+    def _op_lanes(self) -> _ThreadLanes:
+        return _ThreadLanes.of(self.host, self._is_op)
 
     @cached_property
     def nesting(self) -> pd.DataFrame:
@@ -672,12 +689,15 @@ class Trace:
         if not len(self.frames) or not len(ts):
             return out
         loc = self.frame_locations
-        user = self.frames[loc["is_user"].to_numpy()]
-        rows = _innermost_on_threads(user, pid, tid, ts)
+        rows = self._user_frame_lanes.innermost(pid, tid, ts)
         for k in np.flatnonzero(rows >= 0).tolist():
             r = rows[k]
             out[k] = {"file": loc.at[r, "file"], "line": int(loc.at[r, "line"]), "function": loc.at[r, "function"]}
         return out
+
+    @cached_property
+    def _user_frame_lanes(self) -> _ThreadLanes:
+        return _ThreadLanes.of(self.frames, self.frame_locations["is_user"].to_numpy())
 
     # -- roofline ------------------------------------------------------------------------------
     gpu_config: GpuConfig | None = None  # [tool.traceadvisor.gpu]; set before ``roofline`` is first read
@@ -716,25 +736,57 @@ class Trace:
         return g.critical_path(last, start_bound=lo)
 
 
-def _innermost_on_threads(events: pd.DataFrame, pid: I64, tid: I64, ts: I64) -> I64:
-    """Row label of the innermost event of ``events`` on the same thread containing each ``ts``."""
-    out = np.full(len(ts), -1, dtype=np.int64)
-    if not len(events) or not len(ts):
+@dataclass(frozen=True)
+class _ThreadLanes:
+    """Some rows of an event table, grouped by thread ``(pid, tid)`` in ascending order, each
+    thread's in start order, longest first on ties (the order ``intervals.innermost`` needs)."""
+
+    pid: I64
+    tid: I64
+    starts: I64
+    ends: I64
+    rows: I64  # row labels
+
+    @classmethod
+    def of(cls, events: pd.DataFrame, keep: npt.NDArray[np.bool_]) -> _ThreadLanes:
+        at = np.flatnonzero(keep)
+        pid, tid = events["pid"].to_numpy()[at], events["tid"].to_numpy()[at]
+        ts = events["ts_ns"].to_numpy()[at]
+        at = at[_thread_start_order(pid, tid, ts, events["dur_ns"].to_numpy()[at])]
+        pid, tid, start, end = (events[c].to_numpy()[at] for c in ("pid", "tid", "ts_ns", "end_ns"))
+        return cls(pid, tid, start, end, events.index.to_numpy()[at])
+
+    def innermost(self, pid: I64, tid: I64, ts: I64) -> I64:
+        """Row label of the innermost event on the same thread containing each ``ts`` (-1 if none)."""
+        out = np.full(len(ts), -1, dtype=np.int64)
+        if not len(self.rows) or not len(ts):
+            return out
+        bounds = np.flatnonzero((self.pid[1:] != self.pid[:-1]) | (self.tid[1:] != self.tid[:-1])) + 1
+        for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(self.rows)], strict=True):
+            sel = np.flatnonzero((pid == self.pid[a]) & (tid == self.tid[a]))
+            if not len(sel):
+                continue
+            pos = intervals.innermost(self.starts[a:b], self.ends[a:b], ts[sel])
+            out[sel] = np.where(pos >= 0, self.rows[a:b][np.maximum(pos, 0)], -1)
         return out
-    # One sort puts each thread's events together, by start, longest first on ties.
-    e_pid, e_tid = events["pid"].to_numpy(), events["tid"].to_numpy()
-    order = np.lexsort((-events["dur_ns"].to_numpy(), events["ts_ns"].to_numpy(), e_tid, e_pid))
-    e_pid, e_tid = e_pid[order], e_tid[order]
-    starts, ends = events["ts_ns"].to_numpy()[order], events["end_ns"].to_numpy()[order]
-    rows = events.index.to_numpy()[order]
-    bounds = np.flatnonzero((e_pid[1:] != e_pid[:-1]) | (e_tid[1:] != e_tid[:-1])) + 1
-    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], strict=True):
-        sel = np.flatnonzero((pid == e_pid[a]) & (tid == e_tid[a]))
-        if not len(sel):
-            continue
-        pos = intervals.innermost(starts[a:b], ends[a:b], ts[sel])
-        out[sel] = np.where(pos >= 0, rows[a:b][np.maximum(pos, 0)], -1)
-    return out
+
+
+def _thread_start_order(pid: I64, tid: I64, ts: I64, dur: I64) -> npt.NDArray[np.intp]:
+    """``np.lexsort((-dur, ts, tid, pid))``, faster on the order tables usually come in.
+
+    The loader keeps each thread's events in file order, which kineto writes by start (longest
+    first on ties): then stable sorts by thread alone (a few runs of equal keys: fast) give the
+    lexicographic order, checked in one pass; otherwise the full sort runs.
+    """
+    order = np.argsort(tid, kind="stable")
+    if len(pid) and not (pid == pid[0]).all():
+        order = order[np.argsort(pid[order], kind="stable")]
+    p, t, s, d = pid[order], tid[order], ts[order], dur[order]
+    step = np.diff(s)
+    ordered = (p[1:] != p[:-1]) | (t[1:] != t[:-1]) | (step > 0) | ((step == 0) & (d[1:] <= d[:-1]))
+    if ordered.all():
+        return order
+    return np.lexsort((-dur, ts, tid, pid))
 
 
 def name_codes(names: pd.Series) -> tuple[npt.NDArray[np.intp], pd.Index]:
