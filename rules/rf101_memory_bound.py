@@ -132,7 +132,9 @@ class MemoryBound(Rule):
         bw_source = _short(peaks.sources.get("memory_bandwidth", ""))
         hottest = (
             "; ".join(
-                f"{t['op']} {t['time_us'] / 1e3:.2f} ms at {t['achieved_gbs']:.0f} GB/s ({t['bw_pct']:.0f}% of peak)"
+                f"{t['op']} {t['time_us'] / 1e3:.2f} ms at {t['achieved_gbs']:.0f} GB/s ({t['bw_pct']:.0f}% of peak"
+                + (", above it: L2-resident or broadcast inputs" if t["bw_pct"] > 100 else "")
+                + ")"
                 for t in top
             )
             or "none reaches the memory roof (the chained kernels are too small: launch and fixed costs dominate)"

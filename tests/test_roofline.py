@@ -843,3 +843,44 @@ def test_causal_fraction() -> None:
 def test_table_keys_are_the_documented_ones() -> None:
     assert gpus.FIGURES[0] == "memory_bandwidth" and set(gpus.FIGURES[1:]) == set(DTYPES)
     assert Config().gpu is None
+
+
+def test_kernel_dtype_is_the_first_type_named() -> None:
+    """The functor's first template argument is the element type; scalars named later (an fp32
+    fused AdamW takes lr and betas as doubles) do not make it fp64."""
+    from traceadvisor.roofline.models import kernel_dtype
+
+    adamw = (
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+        "(at::native::ADAM_MODE)1, false>, float const*, double, double, double, double, double, bool>"
+    )
+    assert kernel_dtype(adamw) == ("fp32", 4)
+    assert kernel_dtype("void kernel<c10::BFloat16, float, double>") == ("bf16", 2)
+    assert kernel_dtype("void reduce_kernel<double, float>") == ("fp64", 8)
+    assert kernel_dtype("CatArrayBatchedCopy<OpaqueType<2u>, unsigned int, 4, 64, 64>") == ("16-bit", 2)
+
+
+def test_fused_adamw_on_a_real_trace_is_fp32_and_below_the_bandwidth_peak() -> None:
+    trace = load_file(Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "train_step.json.gz")
+    k = trace.roofline.kernels
+    adamw = k[k["op_name"].astype(str) == "aten::_fused_adamw_"]
+    assert len(adamw) == 3
+    assert set(adamw["dtype"]) == {"fp32"}
+    assert (adamw["roof_share"] < 1.0).all() and (adamw["roof_share"] > 0.5).all()
+
+
+def test_report_explains_kernels_above_the_roof() -> None:
+    """Shares above 100% of the bandwidth peak are physically impossible from DRAM: the report says
+    why they show (L2 residency, broadcast inputs counted at full size) instead of leaving a bare 138%."""
+    from traceadvisor.report.render_text import render as render_text
+    from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE
+
+    root = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+    above = analyze_traces([load_file(root / "planted_unfused_elementwise.json.gz")])
+    rows = above.traces[0]["roofline"]["top_kernels"]
+    assert any(r["bound"] == "memory" and r["roof_pct"] > 100 for r in rows)
+    assert ABOVE_ROOF_NOTE in " ".join(render_text(above).split())
+    below = analyze_traces([load_file(root / "train_step.json.gz")])
+    assert all(r["roof_pct"] is None or r["roof_pct"] <= 100 for r in below.traces[0]["roofline"]["top_kernels"])
+    assert ABOVE_ROOF_NOTE not in " ".join(render_text(below).split())

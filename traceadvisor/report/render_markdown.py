@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceadvisor.analysis import Report
+from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE, above_roof
 
 
 def _ms(us_value: float) -> str:
@@ -106,6 +107,8 @@ def _roofline(r: dict[str, Any]) -> list[str]:
             for k in r["top_kernels"]
         ]
         out.append("")
+        if above_roof(r["top_kernels"]):
+            out += [f"_{ABOVE_ROOF_NOTE}_", ""]
     return out
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traceadvisor.analysis import Report
+from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE, above_roof
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -149,6 +150,8 @@ def _roofline(console: Console, r: dict[str, Any]) -> None:
             k["bound"],
         )
     console.print(tab)
+    if above_roof(r["top_kernels"]):
+        console.print(f"  {ABOVE_ROOF_NOTE}")
 
 
 def _fmt(v: float | None, spec: str, suffix: str = "") -> str:

@@ -203,10 +203,11 @@ def kernel_dtype(kernel_name: str) -> tuple[str, int] | None:
     if opaque:
         size = int(opaque.group(1))
         return f"{8 * size}-bit", size
-    for pat, dt in _KERNEL_DTYPES:
-        if pat.search(kernel_name):
-            return dt
-    return None
+    # The earliest type named wins: the element type is the functor's first template argument;
+    # scalars come later (FusedAdamMathFunctor<float, ...>(..., double lr, double beta1, ...)
+    # is an fp32 update, not fp64).
+    found = [(m.start(), dt) for pat, dt in _KERNEL_DTYPES if (m := pat.search(kernel_name))]
+    return min(found)[1] if found else None
 
 
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
