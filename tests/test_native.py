@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +105,23 @@ def _plain(src: Path, dst: Path, copies: int = 1) -> Path:
     return dst
 
 
-def test_uncompressed_trace_split_between_two_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=["mapped", "pread"])
+def byte_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways an uncompressed file is read: a memory map (a settled file) and pread (a file
+    modified in the last seconds, which another process may still truncate)."""
+    monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0 if request.param == "mapped" else 1e12)
+    return str(request.param)
+
+
+def test_uncompressed_trace_split_between_two_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, byte_source: str
+) -> None:
     path = _plain(ROOT / "fixtures" / "traces" / "planted_launch_storm.json.gz", tmp_path / "t.json", copies=3)
     seen: list[int] = []
     candidate = native._candidate
 
-    def spy(mm: Any, target: int, size: int) -> int | None:
-        at = candidate(mm, target, size)
+    def spy(source: Any, target: int) -> int | None:
+        at = candidate(source, target)
         seen.append(-1 if at is None else at)
         return at
 
@@ -123,7 +134,9 @@ def test_uncompressed_trace_split_between_two_threads(tmp_path: Path, monkeypatc
     assert_same(got, _read_serial(path, MAX))
 
 
-def test_split_candidate_inside_a_string_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_split_candidate_inside_a_string_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, byte_source: str
+) -> None:
     """A ``}, {`` inside a name looks like an event boundary: the first thread must read past it."""
     fake = '}, {"cat": "kernel", "name": "bogus", "ts": 1, "dur": 1'
     events = [
@@ -136,7 +149,7 @@ def test_split_candidate_inside_a_string_is_not_trusted(tmp_path: Path, monkeypa
     text = path.read_bytes()
     inside = text.index(b'{\\"cat\\"') if b'{\\"cat\\"' in text else text.index(b'{"cat": "kernel"')
     monkeypatch.setattr(native, "SPLIT_MIN_BYTES", 1)
-    monkeypatch.setattr(native, "_candidate", lambda mm, target, size: inside)
+    monkeypatch.setattr(native, "_candidate", lambda source, target: inside)
     got = native.read_native(path, MAX)
     assert got is not None
     sink, _ = got
@@ -239,7 +252,7 @@ def test_values_coerced_like_the_python_path(tmp_path: Path) -> None:
     assert len(sink.metadata) == 1 and sink.other_categories == {"Trace": 1}
 
 
-def test_gzip_and_plain_give_the_same_trace(tmp_path: Path) -> None:
+def test_gzip_and_plain_give_the_same_trace(tmp_path: Path, byte_source: str) -> None:
     src = ROOT / "fixtures" / "traces" / "train_step.json.gz"
     plain = _plain(src, tmp_path / "train_step.json")
     a, b = native.read_native(src, MAX), native.read_native(plain, MAX)
@@ -313,3 +326,21 @@ def test_damaged_traces_are_refused_or_read_exactly_like_the_python_path(tmp_pat
         read += 1
         assert_same(got, _read_serial(path, MAX))
     assert refused and read  # both outcomes were exercised
+
+
+def test_a_file_that_shrinks_while_read_is_left_to_the_python_path(tmp_path: Path) -> None:
+    """pread (the path for a file modified in the last seconds) sees a short read when another
+    process truncates the file: it refuses, instead of dying of SIGBUS as a memory map would."""
+    path = _plain(ROOT / "fixtures" / "traces" / "train_step.json.gz", tmp_path / "t.json")
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        source = native._Pread(fh.fileno(), size)
+        source.read(0, 1024)
+        with path.open("r+b") as writer:
+            writer.truncate(size // 2)
+        with pytest.raises(native._Refused):
+            source.read(size // 2 - 10, 1024)
+    assert native.SETTLE_SECONDS > 0 and time.time() - path.stat().st_mtime < native.SETTLE_SECONDS
+    assert native.read_native(path, MAX) is None  # the cut file: refused, the Python path warns
+    trace = load_file(path)
+    assert trace.meta.truncated

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from queue import Empty, Full, Queue
@@ -50,9 +52,8 @@ if _kineto is not None and getattr(_kineto, "ABI", None) != ABI:
 
 # Below this one thread decodes: a second one costs more to start and merge than it saves.
 SPLIT_MIN_BYTES = 8 << 20
-# The memory map is decoded in slices of this size, and the pages of each slice are dropped once
-# decoded, so the resident part of the file stays small (peak memory, issue 2: at most twice the
-# JSON's size).
+# Files are decoded in slices of this size; a memory map's pages are released after each, so the
+# resident part of the file stays small (peak memory, issue 2: at most twice the JSON's size).
 SLICE_BYTES = 16 << 20
 _HEAD_BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -100,12 +101,15 @@ def read_native(
             return _run(lambda: _read_gzip(path, max_bytes), meanwhile)
         if st.st_size > max_bytes:
             return None
+        settled = time.time() - st.st_mtime >= SETTLE_SECONDS
         try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            source = _Mapped(fh.fileno(), st.st_size) if settled else _Pread(fh.fileno(), st.st_size)
         except (OSError, ValueError):
             return None
-    with mm:
-        return _run(lambda: _read_mapped(path, mm), meanwhile)
+        try:
+            return _run(lambda: _read_plain(path, source), meanwhile)
+        finally:
+            source.close()
 
 
 def _run(
@@ -120,7 +124,7 @@ def _run(
         worker.wait()
     try:
         return worker.result()  # type: ignore[no-any-return]
-    except (_Refused, _kineto.Unsupported):
+    except (_Refused, _kineto.Unsupported, OSError):  # OSError: a read failed; the Python path reports it
         return None
 
 
@@ -150,48 +154,121 @@ class _Background:
         return self._value
 
 
-# -- uncompressed: a memory map, two threads -----------------------------------------------------
-def _read_mapped(path: Path, mm: mmap.mmap) -> tuple[ColumnSink, ReadResult]:
+# -- uncompressed: two threads, one per half ----------------------------------------------------
+# The bytes come from a memory map (no copy; decoded pages are released as the decoders go), except
+# for a file modified in the last SETTLE_SECONDS: a file that another process truncates while it is
+# mapped kills the reader with SIGBUS (no message, no exit status of ours), so a file that may still
+# be written is read with pread, where a short read makes the Python path take over and report the
+# cut. pread costs a copy: about 0.05 s and 10 MB more on the 100 MB benchmark trace.
+SETTLE_SECONDS = 10.0
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+
+class _Mapped:
+    """The file as a memory map: decoders read it in place, slice by slice."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.size = size
+        self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+    def close(self) -> None:
+        self.mm.close()
+
+    def read(self, at: int, n: int) -> bytes:
+        return self.mm[at : at + n]
+
+    def decode(self, decoder: Any, start: int, end: int, final: bool) -> int:
+        """Decode ``[start, end)``; the offset after ``]`` (``final``) or where the decoder stopped."""
+        pos, step = start, SLICE_BYTES
+        dropped = start - start % mmap.PAGESIZE
+        while True:
+            stop_at = min(pos + step, end)
+            last = stop_at == end
+            new, closed = decoder.feed(self.mm, pos, stop_at, final and last)
+            dropped = self._drop_pages(dropped, new)
+            if closed or last:
+                return int(new)
+            step = step * 2 if new == pos else SLICE_BYTES  # an event longer than a slice: widen it
+            pos = new
+
+    def _drop_pages(self, start: int, upto: int) -> int:
+        """Release the resident pages of ``[start, upto)`` (page-aligned); returns the new start."""
+        end = upto - upto % mmap.PAGESIZE
+        if end > start and hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            except (OSError, ValueError):
+                return end
+        return max(start, end)
+
+
+class _Pread:
+    """The file read with pread, slice by slice (a short read: the file shrank, refuse)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+
+    def close(self) -> None:
+        pass
+
+    def read(self, at: int, n: int) -> bytes:
+        data = os.pread(self.fd, n, at)
+        if len(data) != n:
+            raise _Refused("the file changed while it was read")
+        return data
+
+    def decode(self, decoder: Any, start: int, end: int, final: bool) -> int:
+        pending, at, read = b"", start, start  # pending: an event cut by the previous slice, at file offset `at`
+        while True:
+            chunk = self.read(read, min(SLICE_BYTES, end - read))
+            read += len(chunk)
+            data = pending + chunk if pending else chunk
+            last = read == end
+            stop, closed = decoder.feed(data, 0, len(data), final and last)
+            if closed or last:
+                return at + int(stop)
+            pending, at = data[stop:], at + int(stop)
+
+
+def _read_plain(path: Path, source: _Mapped | _Pread) -> tuple[ColumnSink, ReadResult]:
     result = ReadResult()
-    size = len(mm)
-    events_at, legacy = _head(path, mm, result)
+    size = source.size
+    events_at, legacy = _head(path, source, result)
     parts: list[Any] = []
+    mid = None
     if size - events_at >= SPLIT_MIN_BYTES and _cpus() >= 2:
-        mid = _candidate(mm, events_at + (size - events_at) // 2, size)
-    else:
-        mid = None
+        mid = _candidate(source, events_at + (size - events_at) // 2)
+    first = _kineto.Decoder()
+    parts.append(first)
     if mid is None:
-        first = _kineto.Decoder()
-        close = _decode_slices(first, mm, events_at, size, final=True)
-        parts.append(first)
+        close = source.decode(first, events_at, size, final=True)
     else:
-        first, second = _kineto.Decoder(), _kineto.Decoder()
-        later = _Background(lambda: _decode_slices(second, mm, mid, size, final=True), "traceadvisor-decode-2")
+        second = _kineto.Decoder()
+        later = _Background(lambda: source.decode(second, mid, size, final=True), "traceadvisor-decode-2")
         try:
-            stop = _decode_slices(first, mm, events_at, mid, final=False)
+            stop = source.decode(first, events_at, mid, final=False)
         finally:
             later.wait()
-        parts.append(first)
         if stop == mid:  # the first half ended exactly at the candidate: a true event boundary
             close = later.result()
             parts.append(second)
         else:  # the candidate was inside an event: the first decoder reads on alone
             del second
-            close = _decode_slices(first, mm, stop, size, final=True)
-    _tail(mm[close:], legacy, result)
+            close = source.decode(first, stop, size, final=True)
+    _tail(source.read(close, size - close), legacy, result)
     sink = _sink(parts)
     result.bytes_read = size
     return sink, result
 
 
-def _head(path: Path, mm: mmap.mmap, result: ReadResult) -> tuple[int, bool]:
+def _head(path: Path, source: _Mapped | _Pread, result: ReadResult) -> tuple[int, bool]:
     """Offset of the first event (after ``"traceEvents": [``) and whether the file is a bare array."""
     consumed = 0
 
     def blocks() -> Iterator[bytes]:
         nonlocal consumed
-        while consumed < len(mm):
-            block = mm[consumed : consumed + _HEAD_BLOCK]
+        while consumed < source.size:
+            block = source.read(consumed, min(_HEAD_BLOCK, source.size - consumed))
             consumed += len(block)
             yield block
 
@@ -199,52 +276,10 @@ def _head(path: Path, mm: mmap.mmap, result: ReadResult) -> tuple[int, bool]:
     return consumed - len(rest), legacy
 
 
-def _candidate(mm: mmap.mmap, target: int, size: int) -> int | None:
+def _candidate(source: _Mapped | _Pread, target: int) -> int | None:
     """The ``{`` of a ``}, {`` event boundary at or after ``target`` (proven later by decoding)."""
-    at = mm.find(b"}", target)
-    while 0 <= at < min(size, target + (4 << 20)):
-        p = at + 1
-        while p < size and mm[p] in b" \t\r\n":
-            p += 1
-        if p < size and mm[p] == ord(","):
-            p += 1
-            while p < size and mm[p] in b" \t\r\n":
-                p += 1
-            if p < size and mm[p] == ord("{"):
-                return p
-        at = mm.find(b"}", at + 1)
-    return None
-
-
-def _decode_slices(decoder: Any, mm: mmap.mmap, start: int, end: int, final: bool) -> int:
-    """Decode ``mm[start:end]`` slice by slice, dropping decoded pages from memory. Returns the
-    offset after the array's ``]`` (``final``), or where the decoder stopped (at ``end`` when the
-    range ends at an event boundary)."""
-    pos = start
-    step = SLICE_BYTES
-    dropped = start - start % mmap.PAGESIZE
-    while True:
-        stop_at = min(pos + step, end)
-        last = stop_at == end
-        new, closed = decoder.feed(mm, pos, stop_at, final and last)
-        dropped = _drop_pages(mm, dropped, new)
-        if closed:
-            return int(new)
-        if last:
-            return int(new)
-        step = step * 2 if new == pos else SLICE_BYTES  # an event longer than a slice: widen it
-        pos = new
-
-
-def _drop_pages(mm: mmap.mmap, start: int, upto: int) -> int:
-    """Release the resident pages of ``mm[start:upto]`` (page-aligned); returns the new start."""
-    end = upto - upto % mmap.PAGESIZE
-    if end > start and hasattr(mmap, "MADV_DONTNEED"):
-        try:
-            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
-        except (OSError, ValueError):
-            return end
-    return max(start, end)
+    m = _BOUNDARY.search(source.read(target, min(4 << 20, source.size - target)))
+    return None if m is None else target + m.end() - 1
 
 
 def _cpus() -> int:
