@@ -2,9 +2,9 @@
 
 The C decoder reads the events array straight into columns.py's column layout, without a Python
 object per event, and releases the GIL while it runs. So a large uncompressed trace is decoded by
-two threads, each taking half of a memory map, while the main thread runs ``meanwhile`` (importing
-pandas and loading the rule pack); a gzip trace is inflated and decoded by one worker thread (zlib
-releases the GIL too).
+two threads, each taking half of the file (a memory map, or pread for a file that may still be
+written), while the main thread runs ``meanwhile`` (importing pandas and loading the rule pack); a
+gzip trace is inflated by one thread and decoded by another (zlib releases the GIL too).
 
 The split is proven, not guessed: the first half is decoded up to a candidate event boundary near
 the middle, and its decoder must stop exactly there, at array level, for the second half to count.
