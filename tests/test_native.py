@@ -304,12 +304,18 @@ def _mutations(data: bytes, n: int, seed: int) -> list[bytes]:
     return out
 
 
-def test_damaged_traces_are_refused_or_read_exactly_like_the_python_path(tmp_path: Path) -> None:
+# More cases for a longer hunt: TRACEADVISOR_FUZZ_CASES=1000 pytest tests/test_native.py -k damaged
+FUZZ_CASES = int(os.environ.get("TRACEADVISOR_FUZZ_CASES", "50"))
+FUZZ_TRACES = ["planted_pageable_copies", "clean_overlapped_copies", "workload_attention_flash"]
+
+
+@pytest.mark.parametrize("name", FUZZ_TRACES)
+def test_damaged_traces_are_refused_or_read_exactly_like_the_python_path(tmp_path: Path, name: str) -> None:
     """Hostile input for the C code: whatever the damage, the native decoder either refuses (the
     Python path then reads the file) or gives exactly what the Python path gives; it never crashes."""
-    data = gzip.decompress((ROOT / "fixtures" / "traces" / "planted_pageable_copies.json.gz").read_bytes())
+    data = gzip.decompress((ROOT / "fixtures" / "traces" / f"{name}.json.gz").read_bytes())
     refused = read = 0
-    for i, mutated in enumerate(_mutations(data, 150, seed=7)):
+    for i, mutated in enumerate(_mutations(data, FUZZ_CASES, seed=FUZZ_TRACES.index(name) + 7)):
         path = tmp_path / f"m{i}.json"
         path.write_bytes(mutated)
         try:

@@ -709,6 +709,9 @@ static int val_ns(const Val *v, int64_t missing_as, int64_t *out) {
     }
 }
 
+/* A double as an id, as columns._int reads a float: truncated, -1 when not finite or too large. */
+static int64_t id_from_double(double d) { return (isfinite(d) && fabs(d) < 9.0e18) ? (int64_t)d : -1; }
+
 /* Val -> int64 id as columns.ints does; -1 for missing or unreadable. 0 ok, -1 unsupported. */
 static int val_i64(const Val *v, int64_t *out) {
     switch (v->t) {
@@ -737,7 +740,7 @@ static int val_i64(const Val *v, int64_t *out) {
         case V_NUM: {
             double d;
             if (number_to_double(v->s, v->n, &d)) return -1;
-            *out = (isfinite(d) && fabs(d) < 9.0e18) ? (int64_t)d : -1;
+            *out = id_from_double(d);
             return 0;
         }
         case V_STR: {
@@ -746,9 +749,7 @@ static int val_i64(const Val *v, int64_t *out) {
             int64_t hv;
             int r = numeric_string(v->s, v->n, &d, &is_hex, &hv);
             if (r == -2) return -1;
-            if (r < 0) *out = -1;
-            else if (is_hex) *out = hv;
-            else *out = (isfinite(d) && fabs(d) < 9.0e18) ? (int64_t)d : -1;
+            *out = r < 0 ? -1 : is_hex ? hv : id_from_double(d);
             return 0;
         }
         default:
