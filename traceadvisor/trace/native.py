@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import stat
 import threading
 import time
@@ -35,7 +34,7 @@ import msgspec
 import numpy as np
 
 from traceadvisor.trace.columns import ColumnSink
-from traceadvisor.trace.reader import ReadResult, iter_blocks, read_head
+from traceadvisor.trace.reader import EVENT_BOUNDARY, GZIP_MAGIC, ReadResult, iter_blocks, read_head
 from traceadvisor.trace.reader import _decode_tail as decode_tail
 from traceadvisor.trace.schema import EVENT_LIST
 
@@ -56,7 +55,6 @@ SPLIT_MIN_BYTES = 8 << 20
 # resident part of the file stays small (peak memory, issue 2: at most twice the JSON's size).
 SLICE_BYTES = 16 << 20
 _HEAD_BLOCK = 1 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
 _DTYPES = {"q": np.int64, "d": np.float64, "i": np.int32, "b": np.int8, "?": np.bool_}
 _events_decoder = msgspec.json.Decoder(EVENT_LIST)
 _string_decoder = msgspec.json.Decoder(str)
@@ -97,7 +95,7 @@ def read_native(
             return None
         if not regular or st.st_size == 0:
             return None
-        if magic == _GZIP_MAGIC:
+        if magic == GZIP_MAGIC:
             return _run(lambda: _read_gzip(path, max_bytes), meanwhile)
         if st.st_size > max_bytes:
             return None
@@ -161,7 +159,6 @@ class _Background:
 # be written is read with pread, where a short read makes the Python path take over and report the
 # cut. pread costs a copy: about 0.05 s and 10 MB more on the 100 MB benchmark trace.
 SETTLE_SECONDS = 10.0
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
 class _Mapped:
@@ -278,7 +275,7 @@ def _head(path: Path, source: _Mapped | _Pread, result: ReadResult) -> tuple[int
 
 def _candidate(source: _Mapped | _Pread, target: int) -> int | None:
     """The ``{`` of a ``}, {`` event boundary at or after ``target`` (proven later by decoding)."""
-    m = _BOUNDARY.search(source.read(target, min(4 << 20, source.size - target)))
+    m = EVENT_BOUNDARY.search(source.read(target, min(4 << 20, source.size - target)))
     return None if m is None else target + m.end() - 1
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
 import signal
 import stat
 import struct
@@ -35,6 +34,8 @@ from traceadvisor.trace.columns import ColumnSink
 from traceadvisor.trace.native import read_native
 from traceadvisor.trace.reader import (
     BLOCK_BYTES,
+    EVENT_BOUNDARY,
+    GZIP_MAGIC,
     ReadResult,
     iter_blocks,
     read_body,
@@ -46,8 +47,6 @@ from traceadvisor.trace.schema import EVENT_LIST
 
 # Below this a second process costs more (fork, transfer) than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
-_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 # Bytes read around the middle to find the split, events decoded on each side to prove it, and
 # candidates tried before giving up (then the file is read by one process).
 _WINDOW = 1 << 20
@@ -122,7 +121,7 @@ def _can_split(path: Path, min_bytes: int) -> bool:
         if not stat.S_ISREG(st.st_mode) or st.st_size < min_bytes:
             return False
         with path.open("rb") as fh:
-            return fh.read(2) != _GZIP_MAGIC
+            return fh.read(2) != GZIP_MAGIC
     except OSError:
         return False  # the serial reader reports it
 
@@ -289,7 +288,7 @@ def _find_split(path: Path, target: int, lo: int, hi: int) -> tuple[int, int] | 
             window = fh.read(min(2 * _WINDOW, hi - at))
     except OSError:
         return None
-    cuts = [(m.start(), m.end() - 1) for m in _EVENT_BOUNDARY.finditer(window)]
+    cuts = [(m.start(), m.end() - 1) for m in EVENT_BOUNDARY.finditer(window)]
     middle = next((i for i, (c, _) in enumerate(cuts) if c >= target - at), len(cuts))
     for i in range(middle, min(len(cuts), middle + _MAX_CANDIDATES)):
         if i < _PROOF_EVENTS or i + _PROOF_EVENTS >= len(cuts):

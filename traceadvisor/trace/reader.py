@@ -61,7 +61,7 @@ _READ_BYTES = 1 << 20
 # size limit is refused at once rather than inflated to the limit.
 _ESTIMATE_AFTER = 64 << 20
 
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
 _OTHER_COMPRESSION = {
     b"\x28\xb5\x2f\xfd": "zstd",
@@ -70,7 +70,7 @@ _OTHER_COMPRESSION = {
     b"PK\x03\x04": "zip",
     b"\x04\x22\x4d\x18": "lz4",
 }
-_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
 _SEPARATORS = re.compile(rb"[ \t\r\n,]*")
 _BLANK = re.compile(rb"[ \t\r\n]*")
@@ -142,8 +142,8 @@ def iter_blocks(path: Path, result: ReadResult, max_bytes: int) -> Iterator[byte
             size = _file_size(fh)
         except OSError as exc:
             raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        magic = _read(path, fh, len(_GZIP_MAGIC))  # no seek back: pipes and FIFOs work too
-        if magic == _GZIP_MAGIC:
+        magic = _read(path, fh, len(GZIP_MAGIC))  # no seek back: pipes and FIFOs work too
+        if magic == GZIP_MAGIC:
             yield from _inflate(path, fh, size, result, max_bytes, magic)
             return
         if size is not None and size > max_bytes:
@@ -189,7 +189,7 @@ def _inflate(
             data = inflater.decompress(raw, BLOCK_BYTES)
             while True:
                 if data:
-                    if total == 0 and data.startswith(_GZIP_MAGIC):
+                    if total == 0 and data.startswith(GZIP_MAGIC):
                         raise TraceError(f"{path}: compressed twice (a gzip inside a gzip); gunzip it once first")
                     total += len(data)
                     if total > max_bytes:
@@ -208,9 +208,9 @@ def _inflate(
             return
         if inflater.eof:
             rest = inflater.unused_data
-            if len(rest) < len(_GZIP_MAGIC):
+            if len(rest) < len(GZIP_MAGIC):
                 rest += _read(path, fh, _READ_BYTES)
-            if rest.startswith(_GZIP_MAGIC):
+            if rest.startswith(GZIP_MAGIC):
                 # Another member (pigz/bgzip output, or gzip files appended): gunzip reads them all.
                 inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 pending = rest
@@ -564,7 +564,7 @@ def _last_boundary(buf: bytes, start: int, limit: int) -> int | None:
     span = 1 << 16
     while True:
         lo = max(start, end - span)
-        for m in _EVENT_BOUNDARY.finditer(buf, lo, min(len(buf), end + (1 << 12))):
+        for m in EVENT_BOUNDARY.finditer(buf, lo, min(len(buf), end + (1 << 12))):
             if m.start() >= end:
                 break
             last = max(last, m.start())
@@ -576,13 +576,13 @@ def _last_boundary(buf: bytes, start: int, limit: int) -> int | None:
 
 def _next_boundary(buf: bytes, start: int, limit: int) -> int | None:
     """Position of the ``}`` of the first boundary at or after ``start`` and before ``limit``."""
-    m = _EVENT_BOUNDARY.search(buf, start)
+    m = EVENT_BOUNDARY.search(buf, start)
     return m.start() if m is not None and m.start() < limit else None
 
 
 def _boundaries(buf: bytes, start: int, limit: int) -> list[int]:
     return [
-        m.start() for m in _EVENT_BOUNDARY.finditer(buf, start, min(len(buf), limit + (1 << 12))) if m.start() < limit
+        m.start() for m in EVENT_BOUNDARY.finditer(buf, start, min(len(buf), limit + (1 << 12))) if m.start() < limit
     ]
 
 
