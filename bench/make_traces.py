@@ -69,7 +69,7 @@ import orjson
 GENERATOR_VERSION = 1
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_CACHE_DIR = BENCH_DIR / ".cache"
-DEFAULT_SOURCE = Path("/work/shared/external-traces/hta/nccl_data.json.gz")
+DEFAULT_SOURCE = BENCH_DIR.parent / "fixtures" / "external" / "hta" / "nccl_data.json.gz"
 DEFAULT_SIZES = (10, 100, 1000)
 MB = 1_000_000
 

@@ -29,7 +29,7 @@ against issue 3's budget (the rules and summary add at most 20% to loading).
     .venv/bin/python bench/rules_shapes_bench.py
     .venv/bin/python bench/rules_shapes_bench.py --select PR101,OP101 --repeat 5
     .venv/bin/python bench/rules_shapes_bench.py \\
-        --source /work/shared/external-traces/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz
+        --source fixtures/external/tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz
     .venv/bin/python bench/rules_shapes_bench.py --trace fixtures/traces/planted_naive_attention.json.gz
 """
 
@@ -48,7 +48,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
-DEFAULT_SOURCE = Path("/work/shared/external-traces/hta/rank0.json.gz")
+DEFAULT_SOURCE = REPO / "fixtures" / "external" / "hta" / "rank0.json.gz"
 TARGET = 0.20
 WARM_UP = REPO / "fixtures" / "traces" / "planted_naive_attention.json.gz"
 

@@ -7,20 +7,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixture_paths import EXTERNAL
 
 # Triton kernels in the tests run in the interpreter, on any machine: Triton reads the flag when it is
 # first imported, and on a CUDA machine importing torch may import Triton before any test runs.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-EXTERNAL_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "external-traces"
-
 
 @pytest.fixture(scope="session")
 def external_traces() -> Path:
-    """The folder of real third-party traces (HTA, TraceLens); tests that need it skip without it."""
-    if not EXTERNAL_TRACES.is_dir():
-        pytest.skip(f"{EXTERNAL_TRACES} not available")
-    return EXTERNAL_TRACES
+    """The folder of real third-party traces (HTA, TraceLens), vendored in ``fixtures/external/``.
+
+    It is part of the repository, so a missing folder is a broken checkout: the tests that need it
+    fail (they used to skip, which let a bare clone pass without running them)."""
+    assert EXTERNAL.is_dir(), f"{EXTERNAL} is missing: fixtures/external/ is part of the repository"
+    return EXTERNAL
 
 
 @pytest.fixture(autouse=True, scope="session")

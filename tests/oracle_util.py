@@ -35,6 +35,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import fixture_paths
+
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 GPU_CATS = {
     "kernel": 0,
@@ -48,14 +50,14 @@ HOST_ANNOTATION_CATS = {"user_annotation", "User"}
 HOST_CATS = {"cpu_op", "Operator", *HOST_ANNOTATION_CATS}
 GPU_ANNOTATION_CATS = {"gpu_user_annotation", "gpu_user_Annotation"}
 
-REPO = Path(__file__).resolve().parent.parent
-EXTERNAL = (REPO.parent / "shared" / "external-traces").resolve()
-FIXTURES = REPO / "fixtures" / "traces"
+REPO = fixture_paths.REPO
+EXTERNAL = fixture_paths.EXTERNAL
+FIXTURES = fixture_paths.FIXTURE_TRACES
 
 
 def external_traces() -> list[Path]:
-    """Every trace of the shared external set (``**/*.json.gz``)."""
-    return sorted(EXTERNAL.glob("**/*.json.gz")) if EXTERNAL.is_dir() else []
+    """Every trace of the vendored external set (``fixtures/external/**/*.json.gz``); raises when it is missing."""
+    return fixture_paths.external_traces()
 
 
 def fixture_traces() -> list[Path]:

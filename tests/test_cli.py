@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fixture_paths import HTA, TRACELENS
+
 ROOT = Path(__file__).resolve().parents[1]
-EXTERNAL = ROOT.parent / "shared" / "external-traces"
-BERT = EXTERNAL / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
-MI250 = EXTERNAL / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+BERT = TRACELENS / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+MI250 = HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -65,8 +65,7 @@ def pair_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cli(tmp_path_factory: pytest.TempPathFactory, pair_dir: Path) -> Any:
     runs = CliRuns(tmp_path_factory.mktemp("cli"))
-    if all((ou.EXTERNAL / n).exists() for n in SAMPLED_PAIR):
-        runs.submit("sampled pair (directory)", pair_dir)
+    runs.submit("sampled pair (directory)", pair_dir)
     for p in PATHS:
         runs.submit(str(p), p)
     yield runs
@@ -94,7 +93,6 @@ def _check_schema(report: dict[str, Any], n_traces: int) -> None:
         assert {"code", "severity", "message"} <= set(f)
 
 
-@pytest.mark.skipif(not PATHS, reason="no external traces and no fixtures/traces")
 @pytest.mark.parametrize("path", PATHS, ids=[ou.trace_id(p) for p in PATHS])
 def test_cli_analyze_exit_0_and_json(path: Path, cli: CliRuns) -> None:
     res = cli.result(str(path))
@@ -119,8 +117,6 @@ def test_cli_analyze_exit_0_and_json(path: Path, cli: CliRuns) -> None:
 
 
 def test_cli_sampled_pair_directory_is_two_ranks(cli: CliRuns, pair_dir: Path) -> None:
-    if "sampled pair (directory)" not in cli.jobs:
-        pytest.skip("sampled pair not available")
     res = cli.result("sampled pair (directory)")
     assert res["rc"] == 0, res["stderr"][-3000:]
     report = res["report"]
@@ -165,8 +161,6 @@ def test_tracelens_gpu_timeline(name: str) -> None:
     """
     stem = TRACELENS[name]
     trace = ou.EXTERNAL / f"{stem}.json.gz"
-    if not trace.exists():
-        pytest.skip("TraceLens traces missing")
     tl = _timeline(stem)
     o = ou.oracle(str(trace))
     (t,) = ou.traceadvisor_traces(str(trace))

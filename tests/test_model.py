@@ -8,6 +8,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
+from fixture_paths import HTA, TRACELENS
 
 from traceadvisor import load_file
 from traceadvisor.report.summary import summarize
@@ -15,12 +16,11 @@ from traceadvisor.trace import idle, intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 
-EXTERNAL = Path(__file__).resolve().parents[1].parent / "shared" / "external-traces"
-NCCL = EXTERNAL / "hta" / "nccl_data.json.gz"
-ALEXNET = EXTERNAL / "hta" / "benchmark_result_2869224_1695835535_trace.json.gz"
-SAMPLED0 = EXTERNAL / "hta" / "sampled_rank-0.json.gz"
-MI250 = EXTERNAL / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-QWEN = EXTERNAL / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+NCCL = HTA / "nccl_data.json.gz"
+ALEXNET = HTA / "benchmark_result_2869224_1695835535_trace.json.gz"
+SAMPLED0 = HTA / "sampled_rank-0.json.gz"
+MI250 = HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+QWEN = TRACELENS / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 
 @pytest.fixture(scope="module")

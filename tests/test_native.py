@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from fixture_paths import external_traces
 
 from traceadvisor.errors import TraceError
 from traceadvisor.trace import native
@@ -29,7 +30,7 @@ from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES, ReadResult
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "fixtures" / "traces").glob("*.json.gz"))
-EXTERNAL = sorted((ROOT.parent / "shared" / "external-traces").rglob("*.json*"))
+EXTERNAL = external_traces()
 MAX = DEFAULT_MAX_INFLATED_BYTES
 
 if not native.available():

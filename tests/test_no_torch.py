@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-EXTERNAL = Path(__file__).resolve().parents[1].parent / "shared" / "external-traces"
-TRACE = EXTERNAL / "tracelens" / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
+from fixture_paths import TRACELENS
+
+TRACE = TRACELENS / "h100" / "gaunernst_bert-small-uncased__1016001.json.gz"
 
 # A meta-path finder that makes `import torch` (and triton) fail, as on a machine without them.
 BLOCKER = """

@@ -47,8 +47,6 @@ FLOAT64_BUG = (
     "floor(us).astype(int64) * 1000 + round(frac * 1000)."
 )
 
-pytestmark = pytest.mark.skipif(not PATHS, reason="no external traces and no fixtures/traces")
-
 
 def _pair(path: Path) -> tuple[ou.OracleTrace, object]:
     o = ou.oracle(str(path))
@@ -299,8 +297,6 @@ WIDENING_BUG = (
     ],
 )
 def test_annotation_step_window_is_the_work_inside(path: Path) -> None:
-    if not path.exists():
-        pytest.skip("external trace missing")
     o, t = _pair(path)
     dev = o.main_device
     for row in t.steps.table.itertuples(index=False):

@@ -107,7 +107,7 @@ SETS: dict[str, list[str]] = {
     "b200": ["tracelens/b200/eager_trace.json.gz"],
 }
 
-# /work/shared/external-traces/hta/README.md, "HTA 0.5.0 reference numbers": (idle %, compute %, non-compute %).
+# fixtures/external/hta/README.md, "HTA 0.5.0 reference numbers": (idle %, compute %, non-compute %).
 HTA_README: dict[tuple[str, int], tuple[float, float, float]] = {
     ("sampled", 0): (53.56, 17.71, 28.74),
     ("sampled", 1): (54.72, 22.57, 22.72),
@@ -137,10 +137,6 @@ DIFFERENCES: dict[tuple[str, int], tuple[float, float, float]] = {
 
 def _paths(name: str) -> list[Path]:
     return [ou.EXTERNAL / f for f in SETS[name]]
-
-
-def _available(name: str) -> bool:
-    return all(p.exists() for p in _paths(name))
 
 
 # -- HTA's temporal breakdown, re-computed from traceadvisor's tables --------------------------
@@ -292,8 +288,6 @@ def _cases(names: list[str]) -> list[Any]:
 
 
 def _case(name: str, rank: int) -> tuple[Any, ou.OracleTrace, set[str]]:
-    if not _available(name):
-        pytest.skip(f"external traces of {name} missing")
     ours = _ours(name)
     symbols = _step_symbols([t for _, t, _ in ours])
     (t, o) = next((t, o) for r, t, o in ours if r == rank)
@@ -364,8 +358,6 @@ def test_readme_numbers_from_our_tables(name: str, rank: int) -> None:
 @pytest.mark.parametrize("name", sorted({n for n, _ in HTA_README}))
 def test_hta_reproduces_readme(name: str, hta_root: Path) -> None:
     """The installed HTA gives the README's numbers (so it is the oracle the README describes)."""
-    if not _available(name):
-        pytest.skip("external traces missing")
     df = _run_hta(name, hta_root)
     assert not isinstance(df, BaseException), repr(df)
     for (n, rank), pct in HTA_README.items():
@@ -384,8 +376,6 @@ def test_hta_equals_recomputation(name: str, hta_root: Path) -> None:
     non-compute time. mi300: HTA 0.5.0 raises TypeError under pandas ≥ 3 (int16 downcast of
     ``index_correlation``), before any timing is computed.
     """
-    if not _available(name):
-        pytest.skip("external traces missing")
     res = _run_hta(name, hta_root)
     ours = _ours(name)
     symbols = _step_symbols([t for _, t, _ in ours])

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fixture_paths import EXTERNAL
 
 from traceadvisor.trace.parallel import _can_split, _find_split, _read_split, _receive, read_columns
 from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "traces"
-EXTERNAL = ROOT.parent / "shared" / "external-traces"
 SERIAL = 1 << 62  # a min_bytes no file reaches: one process
 
 
@@ -54,6 +54,7 @@ def _both(path: Path) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame],
 
 def _largest(pattern: str, n: int) -> list[Path]:
     files = sorted(EXTERNAL.rglob(pattern), key=lambda p: p.stat().st_size, reverse=True)
+    assert len(files) >= n, f"fewer than {n} traces under {EXTERNAL}"
     return files[:n]
 
 

@@ -1,0 +1,28 @@
+"""Where the tests' real traces live: inside the repository, so a bare clone runs every test.
+
+``fixtures/external/`` holds the third-party traces (HTA's and TraceLens's test data, MIT; see
+``fixtures/external/PROVENANCE.md``); ``fixtures/traces/`` holds our own GPU captures. Every test
+and the conftest fixture take the folder from here, so one constant names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_TRACES = REPO / "fixtures" / "traces"
+EXTERNAL = REPO / "fixtures" / "external"
+HTA = EXTERNAL / "hta"
+TRACELENS = EXTERNAL / "tracelens"
+
+
+def external_traces() -> list[Path]:
+    """Every vendored third-party trace, sorted.
+
+    Raises instead of returning ``[]`` when none is there: parametrized tests built from an empty
+    list are collected as one skipped case, so a checkout that lost the folder would pass quietly.
+    """
+    traces = sorted(EXTERNAL.rglob("*.json.gz"))
+    if not traces:
+        raise FileNotFoundError(f"no traces under {EXTERNAL}: fixtures/external/ is part of the repository")
+    return traces
