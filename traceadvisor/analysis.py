@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceadvisor.engine.config import Config
+from traceadvisor.errors import raise_if_cancelled
 from traceadvisor.trace.load import load
 from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
@@ -47,8 +49,13 @@ class Report:
         return SEVERITIES[max(ranks)] if ranks else None
 
 
-def analyze_traces(traces: list[Trace], config: Config | None = None, rules: list[Rule] | None = None) -> Report:
-    """Summarise loaded traces and run the rules on them."""
+def analyze_traces(
+    traces: list[Trace],
+    config: Config | None = None,
+    rules: list[Rule] | None = None,
+    cancel: threading.Event | None = None,
+) -> Report:
+    """Summarise loaded traces and run the rules on them (``cancel``: as ``analyze``)."""
     from traceadvisor.engine.runner import run
     from traceadvisor.report.summary import summarize
 
@@ -57,9 +64,10 @@ def analyze_traces(traces: list[Trace], config: Config | None = None, rules: lis
         rules = _configured_rules(config)
     report = Report()
     for t in traces:
+        raise_if_cancelled(cancel)
         t.gpu_config = config.gpu  # the roofline's peaks: [tool.traceadvisor.gpu]
         report.traces.append(summarize(t))
-    result = run(rules, traces)
+    result = run(rules, traces, rule_timeout_s=config.rule_timeout, cancel=cancel)
     report.findings = [f.to_dict() for f in result.findings]
     report.skipped = result.skipped
     report.errors = result.errors
@@ -67,9 +75,17 @@ def analyze_traces(traces: list[Trace], config: Config | None = None, rules: lis
 
 
 def analyze(
-    paths: Iterable[str | Path], config: Config | None = None, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+    paths: Iterable[str | Path],
+    config: Config | None = None,
+    max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    cancel: threading.Event | None = None,
 ) -> Report:
-    """Load and analyse trace files (or directories of them)."""
+    """Load and analyse trace files (or directories of them).
+
+    ``cancel``, set from another thread, stops the analysis with ``Cancelled``: checked after
+    each trace loads, before each summary and each rule, and every 50 ms while a rule runs (the
+    rule is interrupted as its time limit would). A single long C call (decoding one file, one
+    pandas operation) finishes first."""
     config = config or Config()
     rules: list[Rule] = []
 
@@ -79,8 +95,10 @@ def analyze(
         rules.extend(_configured_rules(config))
 
     with _cyclic_gc_paused():
-        traces = load(list(paths), max_bytes=max_bytes, meanwhile=prepare_rules)
-        return analyze_traces(traces, config, rules)
+        traces = load(
+            list(paths), max_bytes=max_bytes, meanwhile=prepare_rules, after_each=lambda: raise_if_cancelled(cancel)
+        )
+        return analyze_traces(traces, config, rules, cancel)
 
 
 @contextmanager

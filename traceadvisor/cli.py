@@ -128,6 +128,10 @@ def analyze(
         list[Path] | None, typer.Option("--rules-dir", help="A folder of your own rule files.")
     ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Configuration file (TOML).")] = None,
+    rule_timeout: Annotated[
+        float | None,
+        typer.Option("--rule-timeout", help="Seconds one rule may run on one trace (default 60; config rule-timeout)."),
+    ] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
     from traceadvisor.analysis import SEVERITIES
@@ -139,6 +143,10 @@ def analyze(
     max_bytes = int(max_size_gib * 2**30) if max_size_gib < 2**32 else sys.maxsize
     try:
         cfg = _config(config, select, ignore, rules_dir)
+        if rule_timeout is not None:
+            from traceadvisor.engine.config import parse_rule_timeout
+
+            cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
         report = run_analysis(traces, cfg, max_bytes=max_bytes)
     except (TraceError, UsageError) as exc:
         raise _fail(str(exc)) from None

@@ -2,10 +2,10 @@
 
 Keys: ``select`` and ``ignore`` (lists of codes, code prefixes or names), ``severity`` (a table of
 code-or-name → low/medium/high), ``thresholds`` (``high_pct``, ``medium_pct``), ``rules-dir`` (list
-of folders), one table per rule (by name or code) with its options, e.g.
-``[tool.traceadvisor.rules.idle-gap] min_gap_us = 50``, and ``[tool.traceadvisor.gpu]``: the GPU
-peaks of the roofline (a GPU of the table, a measured device profile, or figures; see
-``traceadvisor/roofline/peaks.py``).
+of folders), ``rule-timeout`` (seconds one rule may run on one trace; default 60), one table per
+rule (by name or code) with its options, e.g. ``[tool.traceadvisor.rules.idle-gap] min_gap_us = 50``,
+and ``[tool.traceadvisor.gpu]``: the GPU peaks of the roofline (a GPU of the table, a measured
+device profile, or figures; see ``traceadvisor/roofline/peaks.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from traceadvisor.engine.finding import Severity, Thresholds
 from traceadvisor.errors import UsageError
 from traceadvisor.roofline.peaks import GpuConfig, parse_gpu_table
 
+# Seconds one rule may run on one trace (``rule-timeout``) before it is stopped and reported as an
+# error: the built-in rules take well under a second on a 100 MB trace.
+DEFAULT_RULE_TIMEOUT_S = 60.0
+
 
 @dataclass
 class Config:
@@ -31,6 +35,7 @@ class Config:
     rules_dirs: list[Path] = field(default_factory=list)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     gpu: GpuConfig | None = None
+    rule_timeout: float = DEFAULT_RULE_TIMEOUT_S
     source: str | None = None
 
 
@@ -67,6 +72,13 @@ def load_config(path: Path | None) -> Config:
     return parse_table(table, path)
 
 
+def parse_rule_timeout(value: Any, what: str) -> float:
+    """Seconds per rule: a positive finite number (``UsageError`` naming ``what`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise UsageError(f"{what} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
 def parse_table(table: dict[str, Any], path: Path) -> Config:
     cfg = Config(source=str(path))
     for key, value in table.items():
@@ -94,6 +106,8 @@ def parse_table(table: dict[str, Any], path: Path) -> Config:
             if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
                 raise UsageError(f"{path}: [rules.NAME] tables hold rule options")
             cfg.rule_options = {k: dict(v) for k, v in value.items()}
+        elif key in ("rule-timeout", "rule_timeout"):
+            cfg.rule_timeout = parse_rule_timeout(value, f"{path}: rule-timeout")
         elif key == "gpu":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: [gpu] must be a table (name, device-profile, memory-bandwidth-gbs, tflops)")

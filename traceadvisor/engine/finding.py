@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from numbers import Integral, Real
 from typing import Any
 
 
@@ -93,3 +95,88 @@ class Finding:
             "trace": self.trace,
             "data": dict(self.data),
         }
+
+
+def problem_with(f: Finding) -> str | None:
+    """What is wrong with a finding (``None``: nothing). A dataclass does not check its field types,
+    and a rule may build a ``Finding`` by hand: a wrong type would break the ranking or a renderer
+    after every rule has run, losing the whole report, so the runner checks each one as it comes."""
+    for name in ("code", "rule", "message", "recommendation", "trace"):
+        if not isinstance(getattr(f, name), str):
+            return _wrong(f"finding {name}", "a str", getattr(f, name))
+    if not isinstance(f.severity, Severity):
+        return _wrong("finding severity", "a Severity (e.g. Severity.high)", f.severity)
+    if f.impact is not None:
+        if not isinstance(f.impact, Impact):
+            return _wrong("finding impact", "an Impact or None", f.impact)
+        problem = _fields(f.impact, "impact", real=("time_us", "share_pct"), text=("basis",))
+        if problem:
+            return problem
+    if f.location is not None:
+        if not isinstance(f.location, Location):
+            return _wrong("finding location", "a Location or None", f.location)
+        problem = _fields(f.location, "location", integer=("line",), text=("file", "function"))
+        if problem:
+            return problem
+    if not isinstance(f.evidence, tuple):
+        return _wrong("finding evidence", "a tuple of Evidence", f.evidence)
+    for e in f.evidence:
+        if not isinstance(e, Evidence):
+            return _wrong("finding evidence item", "an Evidence", e)
+        problem = _fields(
+            e,
+            "evidence",
+            real=("ts_us", "dur_us"),
+            text=("name",),
+            optional_integer=("stream", "correlation"),
+            optional_text=("category",),
+        )
+        if problem:
+            return problem
+    if not isinstance(f.data, dict):
+        return _wrong("finding data", "a dict", f.data)
+    return None
+
+
+def _fields(
+    obj: object,
+    what: str,
+    *,
+    real: tuple[str, ...] = (),
+    integer: tuple[str, ...] = (),
+    text: tuple[str, ...] = (),
+    optional_integer: tuple[str, ...] = (),
+    optional_text: tuple[str, ...] = (),
+) -> str | None:
+    """The first field of ``obj`` of the wrong type, described (``bool`` is no number here)."""
+    checks: list[tuple[tuple[str, ...], str, Callable[[object], bool]]] = [
+        (real, "a number", _is_number),
+        (integer, "an int", _is_int),
+        (text, "a str", lambda v: isinstance(v, str)),
+        (optional_integer, "an int or None", lambda v: v is None or _is_int(v)),
+        (optional_text, "a str or None", lambda v: v is None or isinstance(v, str)),
+    ]
+    for names, expected, ok in checks:
+        for name in names:
+            value = getattr(obj, name)
+            if not ok(value):
+                return _wrong(f"{what} {name}", expected, value)
+    return None
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, Real) and not isinstance(v, bool)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, Integral) and not isinstance(v, bool)
+
+
+def _wrong(what: str, expected: str, value: object) -> str:
+    try:
+        shown = repr(value)
+    except Exception:  # a rule's own object; its __repr__ may fail too
+        shown = "(no repr)"
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{what} must be {expected}, not {type(value).__name__} {shown}"

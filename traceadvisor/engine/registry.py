@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from traceadvisor.engine.isolation import stdout_to_stderr
 from traceadvisor.engine.rule import Rule
 from traceadvisor.errors import UsageError
 
@@ -47,8 +48,13 @@ def load_rule_file(path: Path) -> type[Rule]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
+        # A rule file's top level is user code: its print must not reach stdout (the JSON report),
+        # and sys.exit() there must not end the run as if all went well.
+        with stdout_to_stderr():
+            spec.loader.exec_module(module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
         raise UsageError(f"{path}: rule file fails to import: {type(exc).__name__}: {exc}") from None
     found = [
         obj
@@ -87,8 +93,11 @@ def discover(extra_dirs: list[Path] | None = None, include_entry_points: bool = 
     if include_entry_points:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             try:
-                provided = ep.load()()
-            except Exception as exc:
+                with stdout_to_stderr():
+                    provided = ep.load()()
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
                 raise UsageError(f"entry point {ep.name}: cannot load rules: {type(exc).__name__}: {exc}") from None
             for cls in provided:
                 if not (isinstance(cls, type) and issubclass(cls, Rule)):

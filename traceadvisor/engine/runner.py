@@ -1,16 +1,27 @@
-"""Select rules, check what each needs, run each in isolation, rank the findings."""
+"""Select rules, check what each needs, run each in isolation, rank the findings.
+
+Isolation (``isolation.py``): each ``check`` runs, and what it yields is checked, inside one guard
+under a time limit, with its ``print`` sent to stderr and a read-only view of the trace; whatever
+goes wrong there (an exception, ``sys.exit``, a bad finding, the time limit) becomes that rule's
+error record, with none of its findings, and the next rule runs. Only a real Ctrl-C
+(``KeyboardInterrupt``) and ``cancel`` stop the run.
+"""
 
 from __future__ import annotations
 
+import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
-from traceadvisor.engine.config import Config
-from traceadvisor.engine.finding import Finding
+from traceadvisor.engine.config import DEFAULT_RULE_TIMEOUT_S, Config
+from traceadvisor.engine.finding import Finding, problem_with
+from traceadvisor.engine.isolation import Interrupter, RuleInterrupted, read_only, stdout_to_stderr
 from traceadvisor.engine.registry import RuleSource
 from traceadvisor.engine.rule import Capability, Rule, trace_capabilities
-from traceadvisor.errors import UsageError
+from traceadvisor.errors import Cancelled, UsageError, raise_if_cancelled
 from traceadvisor.trace.model import Trace
 
 
@@ -56,37 +67,91 @@ def instantiate(classes: Sequence[type[Rule]], config: Config) -> list[Rule]:
     return rules
 
 
-def run(rules: Sequence[Rule], traces: Sequence[Trace]) -> RunResult:
-    """Run every rule on every trace; a rule that raises becomes an error record."""
+def run(
+    rules: Sequence[Rule],
+    traces: Sequence[Trace],
+    *,
+    rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
+    cancel: threading.Event | None = None,
+) -> RunResult:
+    """Run every rule on every trace; a rule that fails, or runs past ``rule_timeout_s`` seconds
+    (``None``: no limit), becomes an error record. ``cancel`` set (by another thread) raises
+    ``Cancelled`` before the next rule, or in the current one as its time limit would."""
     result = RunResult()
-    for trace in traces:
-        caps = trace_capabilities(trace, rank_count=len(traces))
-        for rule in rules:
-            missing = sorted((c for c in type(rule).requires if c not in caps), key=lambda c: c.value)
-            if missing:
-                result.skipped.append(
-                    {
-                        "rule": rule.name,
-                        "code": rule.code,
-                        "trace": trace.path,
-                        "reason": _reason(missing),
-                    }
-                )
-                continue
-            try:
-                result.findings.extend(rule.check(trace))
-            except Exception as exc:
-                frame = traceback.extract_tb(exc.__traceback__)[-1]
-                result.errors.append(
-                    {
-                        "rule": rule.name,
-                        "code": rule.code,
-                        "trace": trace.path,
-                        "error": f"{type(exc).__name__}: {exc} ({frame.filename.split('/')[-1]}:{frame.lineno})",
-                    }
-                )
+    with Interrupter(cancel) as stop, stdout_to_stderr():
+        for trace in traces:
+            caps = trace_capabilities(trace, rank_count=len(traces))
+            for rule in rules:
+                raise_if_cancelled(cancel)
+                missing = sorted((c for c in type(rule).requires if c not in caps), key=lambda c: c.value)
+                if missing:
+                    result.skipped.append(
+                        {"rule": rule.name, "code": rule.code, "trace": trace.path, "reason": _reason(missing)}
+                    )
+                    continue
+                found, error = run_rule(rule, trace, stop, rule_timeout_s)
+                if error is not None:
+                    result.errors.append({"rule": rule.name, "code": rule.code, "trace": trace.path, "error": error})
+                result.findings.extend(found)
     result.findings.sort(key=lambda f: (-(f.impact.time_us if f.impact else 0.0), -f.severity.rank, f.code))
     return result
+
+
+def run_rule(rule: Rule, trace: Trace, stop: Interrupter, limit_s: float | None) -> tuple[list[Finding], str | None]:
+    """One rule's findings on one trace, or none and what went wrong. The generator is consumed,
+    and each finding checked, inside the guard: a rule's code runs lazily, between yields."""
+    view = cast(Trace, read_only(trace))
+    watch = stop.watch(limit_s)
+    try:
+        with watch:
+            found = [_checked(obj) for obj in rule.check(view)]
+    except RuleInterrupted as exc:
+        if watch.reason == "cancelled":
+            raise Cancelled("analysis cancelled") from None
+        if watch.reason == "timeout":
+            return [], f"timed out after {limit_s:g} s{_where(exc, rule)}"
+        return [], _describe(exc, rule)  # raised by the rule itself
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit, GeneratorExit and the like too: a rule must not end the run
+        return [], _describe(exc, rule)
+    return found, None
+
+
+class InvalidFinding(Exception):
+    """A rule yielded something that is not a well-formed, JSON-encodable ``Finding``."""
+
+
+def _checked(obj: object) -> Finding:
+    from traceadvisor.report.render_json import encode
+
+    if not isinstance(obj, Finding):
+        raise InvalidFinding(f"check() yielded {type(obj).__name__}, not a Finding")
+    problem = problem_with(obj)
+    if problem is not None:
+        raise InvalidFinding(problem)
+    try:
+        encode(obj.to_dict())
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as exc:
+        raise InvalidFinding(f"finding data is not JSON-encodable ({exc})") from None
+    return obj
+
+
+def _describe(exc: BaseException, rule: Rule) -> str:
+    if isinstance(exc, InvalidFinding):
+        return f"invalid finding: {exc}"
+    text = str(exc)
+    return f"{type(exc).__name__}{': ' + text if text else ''}{_where(exc, rule)}"
+
+
+def _where(exc: BaseException, rule: Rule) -> str:
+    """`` (file:line)`` of the innermost frame in the rule's own file, else of the innermost frame
+    outside the isolation machinery (a signal handler is the last frame of a timeout)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith("isolation.py")]
+    module = sys.modules.get(type(rule).__module__)
+    own = getattr(module, "__file__", None)
+    mine = [f for f in frames if f.filename == own] or frames
+    return f" ({mine[-1].filename.rsplit('/', 1)[-1]}:{mine[-1].lineno})" if mine else ""
 
 
 def _reason(missing: list[Capability]) -> str:

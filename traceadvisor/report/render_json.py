@@ -22,3 +22,9 @@ _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 def render(report: Report) -> bytes:
     """Pretty-printed JSON bytes, ending with a newline."""
     return msgspec.json.format(_encoder.encode(report.to_dict()), indent=2) + b"\n"
+
+
+def encode(value: Any) -> bytes:
+    """Compact JSON of ``value`` by the encoder ``render`` uses (the rule runner checks each
+    finding with it, so that one rule's unencodable ``data`` cannot lose the whole report)."""
+    return _encoder.encode(value)

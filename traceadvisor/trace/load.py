@@ -51,15 +51,20 @@ def load(
     paths: str | Path | Iterable[str | Path],
     max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     meanwhile: Callable[[], object] | None = None,
+    after_each: Callable[[], object] | None = None,
 ) -> list[Trace]:
     """Load one trace per file. Ranks come from ``distributedInfo``, else from the file name.
 
     ``meanwhile`` runs once, overlapped with the decoding of the first file where it can be
-    (``parallel.read_columns``)."""
+    (``parallel.read_columns``); ``after_each`` after each file (a cancelled analysis raises there)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files = expand_paths(paths)
-    traces = [load_file(f, max_bytes=max_bytes, meanwhile=meanwhile if i == 0 else None) for i, f in enumerate(files)]
+    traces = []
+    for i, f in enumerate(files):
+        traces.append(load_file(f, max_bytes=max_bytes, meanwhile=meanwhile if i == 0 else None))
+        if after_each is not None:
+            after_each()
     if len(traces) > 1:
         _assign_missing_ranks(traces)
     return traces
