@@ -134,7 +134,11 @@ def test_reports_show_the_table_and_the_bottleneck() -> None:
     assert section["bottleneck"]["message"] in text
     md = render_markdown.render(report)
     assert "| annotation | GPU time | share | calls |" in md
-    assert f"**{section['bottleneck']['message']}**" in md
+    # Markdown escapes the message (its underscores would turn "__init__" into bold "init")
+    from traceadvisor.report.safe_text import TEXT_LIMIT, markdown
+
+    assert f"**{markdown(section['bottleneck']['message'], TEXT_LIMIT)}**" in md
+    assert "**Bottleneck: scores (26%). Use scaled\\_dot\\_product\\_attention: one fused kernel" in md
     first = section["rows"][0]
     assert f"| scores | {first['time_us'] / 1000:.3f} ms | {first['share_pct']:.1f}% | 3 |" in md
 

@@ -31,6 +31,8 @@ class Report:
     findings: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
+    # Which configuration file applied and whether its rules-dir ran (``ConfigOrigin.to_dict``).
+    config: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from traceadvisor import __version__
@@ -42,6 +44,7 @@ class Report:
             "findings": self.findings,
             "skipped": self.skipped,
             "errors": self.errors,
+            "config": self.config,
         }
 
     def worst_severity(self) -> str | None:
@@ -62,7 +65,7 @@ def analyze_traces(
     config = config or Config()
     if rules is None:
         rules = _configured_rules(config)
-    report = Report()
+    report = Report(config=config.origin.to_dict())
     for t in traces:
         raise_if_cancelled(cancel)
         t.gpu_config = config.gpu  # the roofline's peaks: [tool.traceadvisor.gpu]

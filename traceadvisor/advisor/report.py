@@ -106,6 +106,7 @@ class AdvisorReport:
             findings=self.document.get("findings", []),
             skipped=self.document.get("skipped", []),
             errors=self.document.get("errors", []),
+            config=self.document.get("config"),
         )
         if fmt == "markdown":
             from traceadvisor.report.render_markdown import render as render_markdown

@@ -8,25 +8,33 @@ from typing import Any
 
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.engine.finding import Severity
+from traceadvisor.report.safe_text import one_line
 
 logger = logging.getLogger("traceadvisor")
 
 
 def format_report(report: AdvisorReport) -> str:
-    """A report as log lines: a summary line, then each finding with its fix and source line."""
-    where = f" ({report.trace_path})" if report.trace_path is not None else ""
-    lines = [f"traceadvisor: {report.summary()}{where}"]
+    """A report as log lines: a summary line, then each finding with its fix and source line.
+
+    Each piece is escaped (``one_line``): messages quote names from the trace, and a newline or an
+    ESC sequence in one would forge log lines or drive the terminal a log handler writes to."""
+    where = f" ({one_line(report.trace_path)})" if report.trace_path is not None else ""
+    lines = [f"traceadvisor: {one_line(report.summary())}{where}"]
     for f in report.findings:
         impact = ""
         if f.impact is not None:
             impact = f" ({f.impact.share_pct:.1f}% of the steps, {f.impact.time_us / 1000:.3f} ms)"
-        lines.append(f"  [{f.severity.value}] {f.rule} ({f.code}){impact}: {f.message}")
-        lines.append(f"      fix: {f.recommendation}")
+        lines.append(f"  [{f.severity.value}] {one_line(f.rule)} ({one_line(f.code)}){impact}: {one_line(f.message)}")
+        lines.append(f"      fix: {one_line(f.recommendation)}")
         if f.location is not None:
-            lines.append(f"      at: {f.location.file}:{f.location.line} ({f.location.function})")
+            where = f"{f.location.file}:{f.location.line} ({f.location.function})"
+            lines.append(f"      at: {one_line(where)}")
     for t in report.document.get("traces", []):
-        lines.extend(f"  warning: {w}" for w in t.get("warnings", []))
-    lines.extend(f"  rule error: {e.get('rule')}: {e.get('error')}" for e in report.document.get("errors", []))
+        lines.extend(f"  warning: {one_line(w)}" for w in t.get("warnings", []))
+    lines.extend(
+        f"  rule error: {one_line(e.get('rule'))}: {one_line(e.get('error'))}"
+        for e in report.document.get("errors", [])
+    )
     return "\n".join(lines)
 
 

@@ -6,11 +6,33 @@ of folders), ``rule-timeout`` (seconds one rule may run on one trace; default 60
 rule (by name or code) with its options, e.g. ``[tool.traceadvisor.rules.idle-gap] min_gap_us = 50``,
 and ``[tool.traceadvisor.gpu]``: the GPU peaks of the roofline (a GPU of the table, a measured
 device profile, or figures; see ``traceadvisor/roofline/peaks.py``).
+
+Which file applies (``resolve_config``, the one function the command line, ``Advisor``/``profile``
+and capture's post-run analysis use):
+
+1. ``--isolated``: none; only the command line's options.
+2. ``--config PATH``, else ``TRACEADVISOR_CONFIG=PATH``: that file, trusted (the user named it).
+3. Else a discovered file: the nearest ``traceadvisor.toml`` or ``pyproject.toml`` with a
+   ``[tool.traceadvisor]`` table, from the working folder up to the root of the git repository
+   holding it (the folder with ``.git``), and outside any repository the working folder alone.
+
+``rules-dir`` is code: Python files the registry imports. Running ``analyze trace.json`` inside a
+cloned repository, an unpacked trace bundle or under a shared folder (another user's
+``/tmp/traceadvisor.toml``) must not run whatever code a file found there names, so a discovered
+file's declarative keys apply, but its ``rules-dir`` is imported only when trusted
+(``--trust-config`` or ``TRACEADVISOR_TRUST_CONFIG=1``); otherwise a warning names the file and the
+skipped folders. As git does for repositories (``safe.directory``), a discovered file owned by
+another user (not root) or writable by every user is skipped altogether: whoever controls it would
+control this run. ruff's ``--isolated`` and pytest's ``--noconftest``/``--confcutdir`` answer the
+same problem the same way.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +41,40 @@ from traceadvisor.engine.finding import Severity, Thresholds
 from traceadvisor.errors import UsageError
 from traceadvisor.roofline.peaks import GpuConfig, parse_gpu_table
 
+CONFIG_ENV = "TRACEADVISOR_CONFIG"
+TRUST_ENV = "TRACEADVISOR_TRUST_CONFIG"
+CONFIG_NAMES = ("traceadvisor.toml", "pyproject.toml")
+# A configuration is a few hundred bytes; the cap keeps ``--config /dev/zero``-like mistakes (or a
+# multi-gigabyte file) from being read into memory before TOML says no.
+MAX_CONFIG_BYTES = 1 << 20
 # Seconds one rule may run on one trace (``rule-timeout``) before it is stopped and reported as an
 # error: the built-in rules take well under a second on a 100 MB trace.
 DEFAULT_RULE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class ConfigOrigin:
+    """Which configuration file applied, how it was found, and what of it was not used."""
+
+    path: Path | None = None
+    found_by: str | None = None  # "--config", "TRACEADVISOR_CONFIG", "discovered"; None: no file
+    trusted: bool = False  # whether its rules-dir may be imported
+    isolated: bool = False
+    rules_dirs: list[Path] = field(default_factory=list)  # the file's rules-dir folders, loaded
+    skipped_rules_dirs: list[Path] = field(default_factory=list)  # the file's rules-dir, not trusted
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report's ``config`` entry."""
+        return {
+            "path": None if self.path is None else str(self.path),
+            "found_by": self.found_by,
+            "isolated": self.isolated,
+            "rules_dir_trusted": self.trusted if self.path is not None else None,
+            "rules_dirs": [str(p) for p in self.rules_dirs],
+            "skipped_rules_dirs": [str(p) for p in self.skipped_rules_dirs],
+            "warnings": list(self.warnings),
+        }
 
 
 @dataclass
@@ -37,39 +90,194 @@ class Config:
     gpu: GpuConfig | None = None
     rule_timeout: float = DEFAULT_RULE_TIMEOUT_S
     source: str | None = None
+    origin: ConfigOrigin = field(default_factory=ConfigOrigin)
 
 
-def find_config(start: Path | None = None) -> Path | None:
-    """The nearest ``traceadvisor.toml``, or ``pyproject.toml`` with a ``[tool.traceadvisor]`` table."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        own = folder / "traceadvisor.toml"
-        if own.is_file():
-            return own
-        py = folder / "pyproject.toml"
-        if py.is_file():
+def resolve_config(
+    explicit: str | Path | None = None,
+    *,
+    isolated: bool = False,
+    trust: bool = False,
+    start: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """The configuration of a run (see the module docstring for the order).
+
+    ``explicit`` is ``--config``; ``trust`` is ``--trust-config``; ``start`` is where discovery
+    begins (the working folder); ``environ`` defaults to ``os.environ``. Problems with a file the
+    user named are ``UsageError``; a discovered file that cannot be used is skipped, with a line in
+    ``origin.warnings`` for the caller to show.
+    """
+    env = os.environ if environ is None else environ
+    if isolated:
+        if explicit is not None:
+            raise UsageError("--config and --isolated exclude each other (--isolated reads no configuration file)")
+        return Config(origin=ConfigOrigin(isolated=True))
+    if explicit is not None:
+        return _load(Path(explicit), "--config", trusted=True)
+    if env.get(CONFIG_ENV):
+        return _load(Path(env[CONFIG_ENV]), CONFIG_ENV, trusted=True)
+    warnings: list[str] = []
+    found = _discover((start or Path.cwd()).absolute(), warnings)
+    if found is None:
+        return Config(origin=ConfigOrigin(warnings=warnings))
+    path, table = found
+    trusted = trust or env.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    cfg = parse_table(table, path)
+    cfg.origin = ConfigOrigin(path=path, found_by="discovered", trusted=trusted, warnings=warnings)
+    if trusted:
+        cfg.origin.rules_dirs = list(cfg.rules_dirs)
+    elif cfg.rules_dirs:
+        cfg.origin.skipped_rules_dirs, cfg.rules_dirs = cfg.rules_dirs, []
+        folders = ", ".join(str(d) for d in cfg.origin.skipped_rules_dirs)
+        warnings.append(
+            f"{path}: rules-dir not loaded ({folders}): a discovered configuration does not run code; "
+            f"pass --trust-config, set {TRUST_ENV}=1, or name the file with --config"
+        )
+    return cfg
+
+
+def find_config(start: Path | None = None, warnings: list[str] | None = None) -> Path | None:
+    """The configuration file discovery would use from ``start`` (the working folder), if any."""
+    found = _discover((start or Path.cwd()).absolute(), [] if warnings is None else warnings)
+    return None if found is None else found[0]
+
+
+def search_folders(start: Path) -> list[Path]:
+    """Where discovery looks: ``start`` and its parents up to the root of the git repository that
+    holds ``start`` (``.git`` is a folder, or a file in worktrees and submodules); outside any
+    repository, ``start`` alone. A repository is one project, so a file in it is the project's; a
+    parent above it (a home folder, ``/tmp``) is shared with whatever else lives there."""
+    chain = [start, *start.parents]
+    for i, folder in enumerate(chain):
+        if os.path.lexists(folder / ".git"):
+            return chain[: i + 1]
+    return [start]
+
+
+def _discover(start: Path, warnings: list[str]) -> tuple[Path, dict[str, Any]] | None:
+    """The nearest usable configuration and its ``traceadvisor`` table; files that cannot be used
+    (unreadable, not UTF-8, not TOML, unsafe owner) are skipped, as if absent, with a warning."""
+    for folder in search_folders(start):
+        for name in CONFIG_NAMES:
+            path = folder / name
             try:
-                if "traceadvisor" in tomllib.loads(py.read_text()).get("tool", {}):
-                    return py
-            except (tomllib.TOMLDecodeError, OSError):
-                return None
+                if not path.is_file():
+                    continue
+            except OSError:  # a folder we may not search: nothing of ours is there
+                continue
+            try:
+                doc = tomllib.loads(read_config_text(path, discovered=True))
+            except UsageError as exc:
+                warnings.append(f"{exc}; skipped")
+                continue
+            except tomllib.TOMLDecodeError as exc:
+                if name == "traceadvisor.toml":  # ours: a typo in it is the user's to fix
+                    raise UsageError(f"{path}: invalid TOML ({exc})") from None
+                warnings.append(f"{path}: invalid TOML ({exc}); skipped")
+                continue
+            if name == "traceadvisor.toml":
+                return path, doc
+            table = _tool_table(doc)
+            if table is not None:
+                if not isinstance(table, dict):
+                    raise UsageError(f"{path}: [tool.traceadvisor] must be a table")
+                return path, table
     return None
 
 
+def _tool_table(doc: dict[str, Any]) -> Any:
+    """A pyproject document's ``[tool.traceadvisor]`` value (``None``: absent)."""
+    tool = doc.get("tool")
+    return tool.get("traceadvisor") if isinstance(tool, dict) else None
+
+
+def read_config_text(path: Path, discovered: bool = False, label: str | None = None) -> str:
+    """A configuration file's text: a regular file of at most ``MAX_CONFIG_BYTES``, read no further.
+
+    Opened without blocking (a FIFO named by mistake would wait for a writer forever) and checked
+    on the open descriptor, so what is checked is what is read. ``discovered`` adds git's
+    ownership rule: the file must be the user's (or root's) and not writable by every user.
+    ``UsageError`` says what is wrong in one line, naming the file as ``label`` (default: the path).
+    """
+    name = str(path) if label is None else label
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{name}: config file not found") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name}: is a directory, not a configuration file") from None
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{name}: is a directory, not a configuration file")
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{name}: not a regular file (a configuration is a TOML file)")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise UsageError(f"{name}: {st.st_size:,} bytes is too large for a configuration file (at most 1 MiB)")
+        if discovered:
+            _check_owner(name, st)
+        data = _read_at_most(fd, MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:  # grew since fstat
+        raise UsageError(f"{name}: too large for a configuration file (at most 1 MiB)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``fd`` (a regular file: a short read means its end)."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _check_owner(name: str, st: os.stat_result) -> None:
+    """Refuse a discovered file that someone else controls (git's safe.directory reasoning)."""
+    geteuid = getattr(os, "geteuid", None)
+    if geteuid is None:  # no POSIX owners (Windows)
+        return
+    if st.st_uid not in (geteuid(), 0):
+        raise UsageError(f"{name}: owned by another user (uid {st.st_uid}); name it with --config to use it")
+    if st.st_mode & stat.S_IWOTH:
+        raise UsageError(f"{name}: writable by every user; name it with --config to use it")
+
+
 def load_config(path: Path | None) -> Config:
-    """Read a configuration file (``None``: defaults)."""
+    """Read a configuration file the user named (``None``: defaults); its rules-dir is trusted."""
     if path is None:
         return Config()
+    return _load(path, "--config", trusted=True)
+
+
+def _load(path: Path, found_by: str, trusted: bool) -> Config:
+    where = str(path) if found_by == "--config" else f"{path} (from {found_by})"
+    text = read_config_text(path, label=where)
     try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: config file not found") from None
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: invalid TOML ({exc})") from None
-    table = doc.get("tool", {}).get("traceadvisor", {}) if path.name == "pyproject.toml" else doc
+        raise UsageError(f"{where}: invalid TOML ({exc})") from None
+    table = _tool_table(doc) if path.name == "pyproject.toml" else doc
+    if table is None:
+        table = {}
     if not isinstance(table, dict):
-        raise UsageError(f"{path}: [tool.traceadvisor] must be a table")
-    return parse_table(table, path)
+        raise UsageError(f"{where}: [tool.traceadvisor] must be a table")
+    cfg = parse_table(table, path)
+    cfg.origin = ConfigOrigin(path=path.absolute(), found_by=found_by, trusted=trusted, rules_dirs=list(cfg.rules_dirs))
+    return cfg
 
 
 def parse_rule_timeout(value: Any, what: str) -> float:

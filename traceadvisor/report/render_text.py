@@ -1,4 +1,9 @@
-"""The terminal rendering of a report (rich)."""
+"""The terminal rendering of a report (rich).
+
+Every string that comes from a trace (file, kernel, op, annotation, frame and device names, and
+the messages that quote them) goes through ``safe_text.terminal`` first: escapes instead of
+control characters, names shortened. Long tables print their first and last rows (``rows.py``).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from traceadvisor.analysis import Report
+from traceadvisor.report.config_note import config_note
 from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE, above_roof
+from traceadvisor.report.rows import ROW_LIMIT, elide, hidden_steps_line
+from traceadvisor.report.safe_text import TEXT_LIMIT, terminal
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -19,38 +27,69 @@ def _ms(us_value: float) -> str:
     return f"{us_value / 1000:.3f} ms"
 
 
+def _name(value: object) -> str:
+    """A name from the trace, safe and short (``NAME_LIMIT``)."""
+    return terminal(value)
+
+
+def _text(value: object) -> str:
+    """A message, reason or path that may quote the trace, safe (``TEXT_LIMIT``)."""
+    return terminal(value, TEXT_LIMIT)
+
+
 def render(report: Report, width: int = 120, color: bool = False) -> str:
     """The report as text; ``color`` adds ANSI styles (for a terminal)."""
     buf = io.StringIO()
-    # markup off: messages quote config tables such as [tool.traceadvisor.gpu], which rich would eat
-    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False, markup=False)
+    # markup off: messages quote config tables such as [tool.traceadvisor.gpu], which rich would eat;
+    # emoji off: rich would turn a ":cat:" inside a C++ name into a cat; soft wrap: a line of the
+    # report is one line of output (a terminal wraps it for the eye), so no name from the trace can
+    # be padded to start a line of its own that reads like a finding ("1. [high] ..."). ``width``
+    # lays out the tables.
+    console = Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+    _config(console, report.config)
     for t in report.traces:
         _trace(console, t)
     _findings(console, report)
     return buf.getvalue()
 
 
+def _config(console: Console, config: dict[str, Any] | None) -> None:
+    """One line naming the configuration file that applied (none: no line)."""
+    note = config_note(config)
+    if note is not None:
+        console.print(f"config: {_text(note[0])} ({_text(note[1])})")
+
+
 def _trace(console: Console, t: dict[str, Any]) -> None:
     dev = t.get("device") or {}
     name = dev.get("name") or ("CPU only" if t["platform"] == "cpu" else f"GPU {dev.get('id')}")
-    rank = "" if t.get("rank") is None else f"  rank {t['rank']}"
-    console.print(Text(f"{t['path']}{rank}", style="bold"))
-    console.print(f"  device: {name} ({t['platform']})")
+    rank = "" if t.get("rank") is None else f"  rank {_name(t['rank'])}"
+    console.print(Text(f"{_text(t['path'])}{rank}", style="bold"))
+    console.print(f"  device: {_name(name)} ({_name(t['platform'])})")
     console.print(
-        f"  window: {_ms(t['window_us'])} ({t['window_basis']}), GPU busy {t['gpu_busy_pct']:.1f}% "
+        f"  window: {_ms(t['window_us'])} ({_name(t['window_basis'])}), GPU busy {t['gpu_busy_pct']:.1f}% "
         f"({_ms(t['gpu_busy_us'])}), idle {_ms(t['gpu_idle_us'])}, {t['kernel_count']} kernels"
     )
-    for w in t.get("warnings", []):
-        console.print(Text.assemble("  ", ("warning:", "yellow"), f" {w}"))
+    warnings = t.get("warnings", [])
+    for w in warnings[:ROW_LIMIT]:
+        console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(w)}"))
+    if len(warnings) > ROW_LIMIT:
+        console.print(f"  … {len(warnings) - ROW_LIMIT:,} more warnings (the JSON report lists them all)")
     if t["steps"]:
-        tab = Table(title=None, box=None, pad_edge=False, show_edge=False)
-        for col in ("step", "CPU time", "GPU time", "GPU busy"):
-            tab.add_column(col, justify="right" if col != "step" else "left")
-        for s in t["steps"]:
-            tab.add_row(s["name"], _ms(s["cpu_dur_us"]), _ms(s["gpu_dur_us"]), f"{s['gpu_busy_pct']:.1f}%")
-        console.print(tab)
+        _steps(console, t["steps"])
     if t.get("idle_breakdown"):
-        parts = ", ".join(f"{b['cause']} {_ms(b['idle_us'])} ({b['share_pct']:.0f}%)" for b in t["idle_breakdown"])
+        parts = ", ".join(
+            f"{_name(b['cause'])} {_ms(b['idle_us'])} ({b['share_pct']:.0f}%)" for b in t["idle_breakdown"]
+        )
         console.print(f"  GPU idle by cause: {parts}")
     if t["top_kernels"]:
         tab = Table(box=None, pad_edge=False, show_edge=False)
@@ -59,13 +98,31 @@ def _trace(console: Console, t: dict[str, Any]) -> None:
         tab.add_column("time", justify="right")
         tab.add_column("share", justify="right")
         for k in t["top_kernels"]:
-            tab.add_row(k["name"], str(k["count"]), _ms(k["total_us"]), f"{k['share_pct']:.1f}%")
+            tab.add_row(_name(k["name"]), str(k["count"]), _ms(k["total_us"]), f"{k['share_pct']:.1f}%")
         console.print(tab)
     if t.get("annotations"):
         _annotations(console, t["annotations"])
     if t.get("roofline"):
         _roofline(console, t["roofline"])
     console.print()
+
+
+def _steps(console: Console, steps: list[dict[str, Any]]) -> None:
+    """The steps table: every step, or the first and last with the spread of those between."""
+    first, hidden, last = elide(steps)
+    tab = Table(title=None, box=None, pad_edge=False, show_edge=False)
+    tab.add_column("step", overflow="ellipsis", no_wrap=True, max_width=80)
+    for col in ("CPU time", "GPU time", "GPU busy"):
+        tab.add_column(col, justify="right")
+    for s in first:
+        tab.add_row(_name(s["name"]), _ms(s["cpu_dur_us"]), _ms(s["gpu_dur_us"]), f"{s['gpu_busy_pct']:.1f}%")
+    if hidden:
+        tab.add_row(f"… {len(hidden):,} more", "", "", "")
+    for s in last:
+        tab.add_row(_name(s["name"]), _ms(s["cpu_dur_us"]), _ms(s["gpu_dur_us"]), f"{s['gpu_busy_pct']:.1f}%")
+    console.print(tab)
+    if hidden:
+        console.print(f"  {hidden_steps_line(hidden)}")
 
 
 def _annotations(console: Console, a: dict[str, Any]) -> None:
@@ -76,14 +133,24 @@ def _annotations(console: Console, a: dict[str, Any]) -> None:
     tab.add_column(f"{kind} time", justify="right")
     tab.add_column("share", justify="right")
     tab.add_column("calls", justify="right")
-    for r in a["rows"]:
-        tab.add_row(r["name"], _ms(r["time_us"]), f"{r['share_pct']:.1f}%", str(r["calls"]))
+    first, hidden, last = elide(a["rows"])
+    for r in first:
+        tab.add_row(_name(r["name"]), _ms(r["time_us"]), f"{r['share_pct']:.1f}%", str(r["calls"]))
+    if hidden:
+        tab.add_row(
+            f"… {len(hidden):,} more annotations",
+            _ms(sum(r["time_us"] for r in hidden)),
+            f"{sum(r['share_pct'] for r in hidden):.1f}%",
+            str(sum(r["calls"] for r in hidden)),
+        )
+    for r in last:
+        tab.add_row(_name(r["name"]), _ms(r["time_us"]), f"{r['share_pct']:.1f}%", str(r["calls"]))
     tab.add_row("(outside annotations)", _ms(a["unannotated_us"]), f"{a['unannotated_pct']:.1f}%", "")
     console.print(tab)
     if a["basis"] != "gpu":
         console.print("  (CPU time: the trace has no GPU activity)")
     if a.get("bottleneck"):
-        console.print(f"  {a['bottleneck']['message']}")
+        console.print(f"  {_text(a['bottleneck']['message'])}")
 
 
 def _findings(console: Console, report: Report) -> None:
@@ -92,22 +159,21 @@ def _findings(console: Console, report: Report) -> None:
     for i, f in enumerate(report.findings, 1):
         sev = f.get("severity", "low")
         impact = f.get("impact") or {}
-        console.print(
-            Text(f"{i}. [{sev}] {f['rule']} ({f['code']}): ", style=_SEVERITY_STYLE.get(sev, "")) + Text(f["message"])
-        )
+        head = f"{i}. [{_name(sev)}] {_name(f['rule'])} ({_name(f['code'])}): "
+        console.print(Text(head, style=_SEVERITY_STYLE.get(sev, "")) + Text(_text(f["message"])))
         if impact:
             console.print(
                 f"   impact: {_ms(impact.get('time_us', 0.0))} ({impact.get('share_pct', 0.0):.1f}% of the step): "
-                f"{impact.get('basis', '')}"
+                f"{_text(impact.get('basis', ''))}"
             )
         loc = f.get("location")
         if loc:
-            console.print(f"   at: {loc.get('file')}:{loc.get('line')} in {loc.get('function')}")
-        console.print(f"   fix: {f['recommendation']}")
+            console.print(f"   at: {_text(loc.get('file'))}:{_name(loc.get('line'))} in {_name(loc.get('function'))}")
+        console.print(f"   fix: {_text(f['recommendation'])}")
     for s in report.skipped:
-        console.print(f"skipped {s['rule']}: {s['reason']}")
+        console.print(f"skipped {_name(s['rule'])}: {_text(s['reason'])}")
     for e in report.errors:
-        console.print(Text.assemble(("rule error", "red"), f" {e['rule']}: {e['error']}"))
+        console.print(Text.assemble(("rule error", "red"), f" {_name(e['rule'])}: {_text(e['error'])}"))
 
 
 _ROOFLINE_DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
@@ -117,17 +183,17 @@ def _roofline(console: Console, r: dict[str, Any]) -> None:
     """Peaks used (and their sources), time by bound, and the top kernels on the roofline."""
     p = r.get("peaks")
     if p is None:
-        console.print(f"  roofline: {r['reason']}")
+        console.print(f"  roofline: {_text(r['reason'])}")
         return
     flops = ", ".join(f"{d} {p['tflops'][d]:g}" for d in _ROOFLINE_DTYPES if p["tflops"].get(d))
     console.print(
-        f"  roofline peaks ({p['model'] or p['device']}): {p['memory_bandwidth_gbs']:g} GB/s; TFLOP/s {flops}"
+        f"  roofline peaks ({_name(p['model'] or p['device'])}): {p['memory_bandwidth_gbs']:g} GB/s; TFLOP/s {flops}"
     )
     by_source: dict[str, list[str]] = {}
     for figure, source in p["sources"].items():
         by_source.setdefault(source, []).append(figure)
     for source, figures in by_source.items():
-        console.print(f"    {', '.join(figures)}: {source}")
+        console.print(f"    {', '.join(figures)}: {_text(source)}")
     bounds = ", ".join(f"{b['bound']} {b['share_pct']:.1f}%" for b in r["by_bound"])
     console.print(f"  roofline covers {r['modelled_pct']:.1f}% of kernel time: {bounds or 'no modelled kernels'}")
     if not r["top_kernels"]:
@@ -139,15 +205,15 @@ def _roofline(console: Console, r: dict[str, Any]) -> None:
         tab.add_column(col, justify="left" if col in ("dtype", "bound") else "right", no_wrap=True)
     for k in r["top_kernels"]:
         tab.add_row(
-            k["name"],
-            k["op"],
-            k["dtype"],
+            _name(k["name"]),
+            _name(k["op"]),
+            _name(k["dtype"]),
             _ms(k["time_us"]),
             _fmt(k["intensity"], ".1f"),
             _fmt(k["achieved_tflops"], ".1f"),
             _fmt(k["achieved_gbs"], ".0f"),
             _fmt(k["roof_pct"], ".0f", "%"),
-            k["bound"],
+            _name(k["bound"]),
         )
     console.print(tab)
     if above_roof(r["top_kernels"]):
