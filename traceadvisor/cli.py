@@ -99,10 +99,15 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _one_line(text: str) -> str:
-    """``text`` with control characters (a newline in a file name) escaped: one line, always."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """``text`` as one safe stderr line: a file or event name may hold a newline (a forged line)
+    or ESC sequences (which drive the terminal); see ``report/safe_text.py``."""
+    from traceadvisor.report.safe_text import one_line
+
+    return one_line(text)
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"traceadvisor: warning: {_one_line(message)}\n")
 
 
 @app.command()
@@ -127,7 +132,22 @@ def analyze(
     rules_dir: Annotated[
         list[Path] | None, typer.Option("--rules-dir", help="A folder of your own rule files.")
     ] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="Configuration file (TOML).")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Configuration file (TOML), trusted to run its rules-dir. Also TRACEADVISOR_CONFIG."
+        ),
+    ] = None,
+    isolated: Annotated[
+        bool, typer.Option("--isolated", help="Read no configuration file: only the command line's options.")
+    ] = False,
+    trust_config: Annotated[
+        bool,
+        typer.Option(
+            "--trust-config",
+            help="Load the rules-dir of a discovered configuration (its code runs). Also TRACEADVISOR_TRUST_CONFIG=1.",
+        ),
+    ] = False,
     rule_timeout: Annotated[
         float | None,
         typer.Option("--rule-timeout", help="Seconds one rule may run on one trace (default 60; config rule-timeout)."),
@@ -142,11 +162,13 @@ def analyze(
         raise _fail(f"--max-size must be a positive number of GiB, not {max_size_gib}")
     max_bytes = int(max_size_gib * 2**30) if max_size_gib < 2**32 else sys.maxsize
     try:
-        cfg = _config(config, select, ignore, rules_dir)
+        cfg = _config(config, select, ignore, rules_dir, isolated=isolated, trust=trust_config)
         if rule_timeout is not None:
             from traceadvisor.engine.config import parse_rule_timeout
 
             cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
+        for w in cfg.origin.warnings:
+            _warn(w)
         report = run_analysis(traces, cfg, max_bytes=max_bytes)
     except (TraceError, UsageError) as exc:
         raise _fail(str(exc)) from None
@@ -156,8 +178,7 @@ def analyze(
         raise _fail("trace structure nested too deeply to analyse") from None
     for t in report.traces:
         for w in t.get("warnings", []):
-            line = _one_line(f"{t['path']}: {w}")
-            sys.stderr.write(f"traceadvisor: warning: {line}\n")
+            _warn(f"{t['path']}: {w}")
     data = _render(report, fmt, to_terminal=output is None and sys.stdout.isatty())
     if output is None:
         sys.stdout.buffer.write(data)
@@ -179,10 +200,20 @@ def analyze(
 _report_written = False
 
 
-def _config(path: Path | None, select: list[str] | None, ignore: list[str] | None, rules_dir: list[Path] | None):  # type: ignore[no-untyped-def]
-    from traceadvisor.engine.config import find_config, load_config
+def _config(  # type: ignore[no-untyped-def]
+    path: Path | None,
+    select: list[str] | None,
+    ignore: list[str] | None,
+    rules_dir: list[Path] | None,
+    *,
+    isolated: bool = False,
+    trust: bool = False,
+):
+    """The run's configuration (``engine/config.py``: ``resolve_config``) with the command line's
+    options on top; its warnings are in ``cfg.origin.warnings``, for the caller to print."""
+    from traceadvisor.engine.config import resolve_config
 
-    cfg = load_config(path if path is not None else find_config())
+    cfg = resolve_config(path, isolated=isolated, trust=trust)
     if select:
         cfg.select = [s for item in select for s in item.split(",") if s]
     if ignore:
@@ -299,13 +330,13 @@ def main() -> None:
             if type(exc).__name__ == "NoArgsIsHelpError":
                 sys.stderr.write("traceadvisor: error: missing arguments; see 'traceadvisor --help'\n")
             else:
-                message = " ".join(str(exc.format_message()).split())
+                message = _one_line(" ".join(str(exc.format_message()).split()))  # echoes the user's argument
                 sys.stderr.write(f"traceadvisor: error: {message}\n")
             sys.exit(EXIT_BAD_INPUT)
         if debug:
             raise
         # A bug, most likely on unusual input: one line that says so, no traceback.
-        detail = " ".join(str(exc).split())[:200]
+        detail = _one_line(" ".join(str(exc).split())[:200])
         sys.stderr.write(
             f"traceadvisor: error: internal error ({type(exc).__name__}: {detail}); "
             "rerun with TRACEADVISOR_DEBUG=1 for the traceback and please report it\n"

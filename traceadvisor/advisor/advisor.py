@@ -486,15 +486,19 @@ def build_config(
     rules_dir: str | Path | Sequence[str | Path] | None,
 ) -> Config:
     """The run's configuration, merged as ``analyze`` merges its options, and checked now."""
-    from traceadvisor.engine.config import find_config, load_config
+    from traceadvisor.engine.config import resolve_config
     from traceadvisor.engine.registry import discover
     from traceadvisor.engine.runner import instantiate
     from traceadvisor.engine.runner import select as select_rules
+    from traceadvisor.report.safe_text import one_line
 
     if isinstance(config, Config):
         cfg = copy.deepcopy(config)
     else:
-        cfg = load_config(Path(config) if config is not None else find_config())
+        # As ``analyze``: a discovered file's rules-dir runs only when trusted (TRACEADVISOR_TRUST_CONFIG=1).
+        cfg = resolve_config(config)
+        for warning in cfg.origin.warnings:
+            logger.warning("traceadvisor: %s", one_line(warning))
     if select:
         cfg.select = _names(select)
     if ignore:
