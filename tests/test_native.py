@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +105,11 @@ def _plain(src: Path, dst: Path, copies: int = 1) -> Path:
     return dst
 
 
-@pytest.fixture(params=["mapped", "pread"])
-def byte_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways an uncompressed file is read: a memory map (a settled file) and pread (a file
-    modified in the last seconds, which another process may still truncate)."""
-    monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0 if request.param == "mapped" else 1e12)
-    return str(request.param)
+@pytest.fixture
+def byte_source() -> str:
+    """The one way an uncompressed file is read: pread (never a memory map, which dies of SIGBUS
+    when another process truncates the file; see native._Pread)."""
+    return "pread"
 
 
 def test_uncompressed_trace_split_between_two_threads(
@@ -336,8 +334,8 @@ def test_damaged_traces_are_refused_or_read_exactly_like_the_python_path(tmp_pat
 
 
 def test_a_file_that_shrinks_while_read_is_left_to_the_python_path(tmp_path: Path) -> None:
-    """pread (the path for a file modified in the last seconds) sees a short read when another
-    process truncates the file: it refuses, instead of dying of SIGBUS as a memory map would."""
+    """pread sees a short read when another process truncates the file: it refuses, instead of
+    dying of SIGBUS as a memory map would."""
     path = _plain(ROOT / "fixtures" / "traces" / "train_step.json.gz", tmp_path / "t.json")
     size = path.stat().st_size
     with path.open("rb") as fh:
@@ -347,7 +345,6 @@ def test_a_file_that_shrinks_while_read_is_left_to_the_python_path(tmp_path: Pat
             writer.truncate(size // 2)
         with pytest.raises(native._Refused):
             source.read(size // 2 - 10, 1024)
-    assert native.SETTLE_SECONDS > 0 and time.time() - path.stat().st_mtime < native.SETTLE_SECONDS
     assert native.read_native(path, MAX) is None  # the cut file: refused, the Python path warns
     trace = load_file(path)
     assert trace.meta.truncated

@@ -7,9 +7,12 @@ input or usage, with one line on stderr and no traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from importlib import import_module
 from pathlib import Path
+from stat import S_ISREG
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -38,6 +41,14 @@ class _Commands(TyperGroup):
     def list_commands(self, ctx: Context) -> list[str]:
         return [*(n for n in super().list_commands(ctx) if n not in TOOL_COMMANDS), *TOOL_COMMANDS]
 
+    def invoke(self, ctx: Context) -> Any:
+        # typer turns a KeyboardInterrupt raised in a command into a silent exit 130 (typer.core._main
+        # catches it around this call); raised past it as _Interrupted, it reaches main(), which says so.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in self.commands:
             # A tool command is built when named; an unknown name builds them all, so that "did you
@@ -46,6 +57,10 @@ class _Commands(TyperGroup):
                 if name not in self.commands:
                     self.add_command(_tool_command(name), name)
         return super().get_command(ctx, cmd_name)
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C during a command (a BaseException, as KeyboardInterrupt: ``except Exception`` lets it by)."""
 
 
 def _tool_command(name: str) -> Command:
@@ -116,13 +131,19 @@ def analyze(
         list[Path], typer.Argument(help="Trace files (.json, .json.gz) or directories (one rank per file).")
     ],
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.text,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (atomically).")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report here (atomically); - is stdout.")
+    ] = None,
     fail_on: Annotated[
         Severity | None, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists.")
     ] = None,
     max_size_gib: Annotated[
-        float, typer.Option("--max-size", help="Refuse traces larger than this many GiB once inflated.")
-    ] = 16.0,
+        float | None,
+        typer.Option(
+            "--max-size",
+            help="Refuse traces larger than this many GiB once inflated (default: half the memory, or cgroup limit).",
+        ),
+    ] = None,
     select: Annotated[
         list[str] | None, typer.Option("--select", help="Run only these rules (code, code prefix or name).")
     ] = None,
@@ -158,9 +179,13 @@ def analyze(
     from traceadvisor.analysis import analyze as run_analysis
     from traceadvisor.atomic import write_bytes
 
-    if not max_size_gib > 0:  # also NaN
-        raise _fail(f"--max-size must be a positive number of GiB, not {max_size_gib}")
-    max_bytes = int(max_size_gib * 2**30) if max_size_gib < 2**32 else sys.maxsize
+    max_bytes, why_limit = _max_bytes(max_size_gib)
+    if output is not None and str(output) == "-":
+        output = None
+    if output is None and sys.stdout is None:  # started with stdout closed (>&-): Python sets it None
+        raise _fail("cannot write the report to stdout (stdout is closed)")
+    if output is not None:
+        _refuse_replacing_an_input(output, traces)
     try:
         cfg = _config(config, select, ignore, rules_dir, isolated=isolated, trust=trust_config)
         if rule_timeout is not None:
@@ -169,9 +194,11 @@ def analyze(
             cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
         for w in cfg.origin.warnings:
             _warn(w)
-        report = run_analysis(traces, cfg, max_bytes=max_bytes)
+        with _library_warnings_printed():
+            report = run_analysis(traces, cfg, max_bytes=max_bytes)
     except (TraceError, UsageError) as exc:
-        raise _fail(str(exc)) from None
+        message = str(exc)
+        raise _fail(f"{message} ({why_limit})" if why_limit and "--max-size" in message else message) from None
     except MemoryError:
         raise _fail("out of memory while reading the trace; try a smaller trace or more memory") from None
     except RecursionError:
@@ -181,8 +208,7 @@ def analyze(
             _warn(f"{t['path']}: {w}")
     data = _render(report, fmt, to_terminal=output is None and sys.stdout.isatty())
     if output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+        _report_to_stdout(data)
     else:
         try:
             write_bytes(output, data)
@@ -198,6 +224,106 @@ def analyze(
 # Set once `analyze` has written its report: the process may then end without the interpreter's
 # teardown (see ``run``).
 _report_written = False
+
+
+def _max_bytes(max_size_gib: float | None) -> tuple[int, str]:
+    """``--max-size`` in bytes, and, for the default, why it is that (said when a trace is refused
+    for its size)."""
+    if max_size_gib is None:
+        from traceadvisor.limits import default_max_bytes
+
+        return default_max_bytes()
+    if not max_size_gib > 0:  # also NaN
+        raise _fail(f"--max-size must be a positive number of GiB, not {max_size_gib}")
+    return (int(max_size_gib * 2**30) if max_size_gib < 2**32 else sys.maxsize), ""
+
+
+def _refuse_replacing_an_input(output: Path, traces: list[Path]) -> None:
+    """``-o`` naming an input trace, or a trace in an input directory, through any link: the
+    report would replace the trace it was made from."""
+    try:
+        if not S_ISREG(output.stat().st_mode):
+            return  # a device or pipe is written through, never replaced
+    except OSError:
+        return  # a new file (or one write_bytes reports): nothing to lose
+    for given in traces:
+        for f in _trace_candidates(given):
+            if _same_file(f, output):
+                raise _fail(f"{output}: is the input trace {f}; the report would replace it (choose another --output)")
+
+
+def _trace_candidates(given: Path) -> list[Path]:
+    """``given``, or the trace-named entries of the directory ``given``."""
+    try:
+        return [f for f in given.iterdir() if f.name.endswith((".json", ".json.gz"))] if given.is_dir() else [given]
+    except OSError:
+        return []  # the analysis reports it
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
+
+
+def _report_to_stdout(data: bytes) -> None:
+    """Write the report to stdout; a reader that went away (``| head``) is no error, anything else
+    (a full disk, a stdout not open for writing) is one line."""
+    try:
+        _write_stdout(data)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        raise typer.Exit(EXIT_OK) from None
+    except OSError as exc:
+        raise _fail(f"cannot write the report to stdout ({exc.strerror or exc})") from None
+
+
+def _write_stdout(data: bytes) -> None:
+    """``data`` straight to stdout's file descriptor, after what Python had buffered: a failed
+    write leaves nothing buffered, which the interpreter would write again at exit and report in a
+    second message. Through ``sys.stdout`` where it is no file (a test runner's capture)."""
+    import io
+    import os
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, io.UnsupportedOperation):
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return
+    sys.stdout.flush()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush finds no broken pipe."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+@contextmanager
+def _library_warnings_printed() -> Iterator[None]:
+    """While the block runs, what the library logs at WARNING (``traceadvisor.*`` loggers: a file
+    skipped in a directory) is printed as a ``traceadvisor: warning:`` line."""
+    import logging
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            _warn(record.getMessage())
+
+    logger = logging.getLogger("traceadvisor")
+    handler = Lines(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def _config(  # type: ignore[no-untyped-def]
@@ -292,8 +418,9 @@ def run() -> None:
             raise
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:  # None: started with it closed
+                    stream.flush()
         except (OSError, ValueError):
             raise exc from None  # let the interpreter report (or swallow) the broken stream as usual
         os._exit(code)
@@ -316,13 +443,12 @@ def main() -> None:
         rc = app(standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt, _Interrupted):
         sys.stderr.write("traceadvisor: interrupted\n")
         sys.exit(130)
     except BrokenPipeError:
         # The reader of stdout went away (``| head``): not an error; keep Python quiet at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         sys.exit(EXIT_OK)
     except Exception as exc:
         # Usage errors from typer's (vendored) click: one line, exit 2.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,25 +21,34 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # The run record ``traceadvisor capture`` writes beside its traces: not a trace.
 _RUN_RECORD = re.compile(r"run(-rank\d+)?\.json")
+# Files skipped in a directory are reported here (the command line prints them as warnings).
+_log = logging.getLogger(__name__)
+_NOT_FILES = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     """Files as given; directories expanded to the trace files directly inside them."""
-    out: list[Path] = []
+    return [f for f, _ in _expand(paths)]
+
+
+def _expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
+    """``expand_paths``, each file with whether it was found in a directory (not named)."""
+    out: list[tuple[Path, bool]] = []
     for raw in paths:
         p = Path(raw)
         try:
             if p.is_dir():
-                found = sorted(
-                    f
-                    for f in p.iterdir()
-                    if f.is_file() and f.name.endswith((".json", ".json.gz")) and not _RUN_RECORD.fullmatch(f.name)
-                )
+                found = _trace_files(p)
                 if not found:
                     raise TraceError(f"{p}: directory has no .json or .json.gz trace files")
-                out.extend(found)
+                out.extend((f, True) for f in found)
             elif p.exists():
-                out.append(p)
+                out.append((p, False))
             else:
                 raise TraceError(f"{p}: no such file or directory")
         except OSError as exc:  # a name too long, a folder that cannot be listed
@@ -45,6 +56,37 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     if not out:
         raise TraceError("no trace given")
     return out
+
+
+def _trace_files(folder: Path) -> list[Path]:
+    """The regular files directly in ``folder`` named like traces. Other entries so named are
+    skipped with a warning, unopened: opening a FIFO waits for a writer, a device may never end.
+    A sub-folder is skipped silently (one rank per file, not per folder)."""
+    found = []
+    for f in sorted(folder.iterdir()):
+        if not f.name.endswith((".json", ".json.gz")) or _RUN_RECORD.fullmatch(f.name):
+            continue
+        why = _not_a_file(f)
+        if why is None:
+            found.append(f)
+        elif why:
+            _log.warning("%s: skipped: %s, not a trace file", f, why)
+    return found
+
+
+def _not_a_file(f: Path) -> str | None:
+    """Why ``f`` is not a regular file (after links), "" for a folder; None for a regular file."""
+    try:
+        mode = f.stat().st_mode
+    except FileNotFoundError:
+        return "a symbolic link to a missing file" if f.is_symlink() else "removed while listed"
+    except OSError as exc:  # a loop of links, a name too long
+        return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return ""
+    return _NOT_FILES.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def load(
@@ -56,18 +98,46 @@ def load(
     """Load one trace per file. Ranks come from ``distributedInfo``, else from the file name.
 
     ``meanwhile`` runs once, overlapped with the decoding of the first file where it can be
-    (``parallel.read_columns``); ``after_each`` after each file (a cancelled analysis raises there)."""
+    (``parallel.read_columns``); ``after_each`` after each file (a cancelled analysis raises there).
+
+    A file found in a directory that is not a readable trace (a config or results ``.json`` beside
+    the traces) is skipped with a warning; the directory fails only if no trace remains. A file
+    named on its own must be a trace."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    files = expand_paths(paths)
-    traces = []
-    for i, f in enumerate(files):
-        traces.append(load_file(f, max_bytes=max_bytes, meanwhile=meanwhile if i == 0 else None))
+    traces: list[Trace] = []
+    skipped: list[TraceError] = []
+    pending = meanwhile
+
+    def run_meanwhile() -> object:
+        nonlocal pending
+        fn, pending = pending, None
+        return None if fn is None else fn()
+
+    for f, in_folder in _expand(paths):
+        try:
+            # ``meanwhile`` goes with each file until one has run it: a skipped file may fail first.
+            traces.append(load_file(f, max_bytes=max_bytes, meanwhile=run_meanwhile if pending else None))
+        except TraceError as exc:
+            if not in_folder:
+                raise
+            skipped.append(exc)
         if after_each is not None:
             after_each()
+    _report_skipped(skipped, any_loaded=bool(traces))
     if len(traces) > 1:
         _assign_missing_ranks(traces)
     return traces
+
+
+def _report_skipped(skipped: list[TraceError], any_loaded: bool) -> None:
+    """A warning per skipped file; if none was loaded, the error (the file's own, if only one)."""
+    if not any_loaded and len(skipped) == 1:
+        raise skipped[0]
+    for exc in skipped:
+        _log.warning("%s; skipped", exc)
+    if not any_loaded and skipped:
+        raise TraceError(f"none of the {len(skipped)} trace files could be read (see the warnings)")
 
 
 def load_file(

@@ -2,9 +2,9 @@
 
 The C decoder reads the events array straight into columns.py's column layout, without a Python
 object per event, and releases the GIL while it runs. So a large uncompressed trace is decoded by
-two threads, each taking half of the file (a memory map, or pread for a file that may still be
-written), while the main thread runs ``meanwhile`` (importing pandas and loading the rule pack); a
-gzip trace is inflated by one thread and decoded by another (zlib releases the GIL too).
+two threads, each taking half of the file (read with pread into a buffer it reuses), while the
+main thread runs ``meanwhile`` (importing pandas and loading the rule pack); a gzip trace is
+inflated by one thread and decoded by another (zlib releases the GIL too).
 
 The split is proven, not guessed: the first half is decoded up to a candidate event boundary near
 the middle, and its decoder must stop exactly there, at array level, for the second half to count.
@@ -20,11 +20,9 @@ turns the native path off; the result is the same either way (tests/test_native.
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from queue import Empty, Full, Queue
@@ -51,9 +49,11 @@ if _kineto is not None and getattr(_kineto, "ABI", None) != ABI:
 
 # Below this one thread decodes: a second one costs more to start and merge than it saves.
 SPLIT_MIN_BYTES = 8 << 20
-# Files are decoded in slices of this size; a memory map's pages are released after each, so the
-# resident part of the file stays small (peak memory, issue 2: at most twice the JSON's size).
-SLICE_BYTES = 16 << 20
+# Files are read and decoded in slices of this size, into one buffer per decoding thread: small
+# enough that the bytes pread copies in are still in the core's cache when the decoder reads them
+# (16 MiB slices cost 7 % more decoding time than 1 MiB: bench/byte_sources.py), and the file adds
+# next to nothing to the peak memory, whatever its size (issue 2: at most twice the JSON's).
+SLICE_BYTES = 1 << 20
 _HEAD_BLOCK = 1 << 20
 _DTYPES = {"q": np.int64, "d": np.float64, "i": np.int32, "b": np.int8, "?": np.bool_}
 _events_decoder = msgspec.json.Decoder(EVENT_LIST)
@@ -77,7 +77,7 @@ def read_native(
     ``meanwhile`` runs on the calling thread while the file decodes; it has run whenever this
     returns (also when it returns None), so the caller must not run it again.
     """
-    if not available():
+    if not available() or not hasattr(os, "pread"):
         return None
     try:
         # Only regular files: opening a FIFO would wait for (and then lose) its writer's data.
@@ -95,29 +95,33 @@ def read_native(
             return None
         if not regular or st.st_size == 0:
             return None
+        cancelled = threading.Event()
         if magic == GZIP_MAGIC:
-            return _run(lambda: _read_gzip(path, max_bytes), meanwhile)
+            return _run(lambda: _read_gzip(path, max_bytes, cancelled), meanwhile, cancelled)
         if st.st_size > max_bytes:
             return None
-        settled = time.time() - st.st_mtime >= SETTLE_SECONDS
-        try:
-            source = _Mapped(fh.fileno(), st.st_size) if settled else _Pread(fh.fileno(), st.st_size)
-        except (OSError, ValueError):
-            return None
-        try:
-            return _run(lambda: _read_plain(path, source), meanwhile)
-        finally:
-            source.close()
+        source = _Pread(fh.fileno(), st.st_size, cancelled)
+        return _run(lambda: _read_plain(path, source), meanwhile, cancelled)
 
 
 def _run(
-    work: Callable[[], tuple[ColumnSink, ReadResult]], meanwhile: Callable[[], object] | None
+    work: Callable[[], tuple[ColumnSink, ReadResult]],
+    meanwhile: Callable[[], object] | None,
+    cancelled: threading.Event,
 ) -> tuple[ColumnSink, ReadResult] | None:
-    """``work()`` on a worker thread while ``meanwhile()`` runs here; None if the decoder refused."""
-    worker = _Background(work, "traceadvisor-decode")
+    """``work()`` on a worker thread while ``meanwhile()`` runs here; None if the decoder refused.
+
+    The worker has ended whenever this returns or raises: the caller then closes the file it reads.
+    If ``meanwhile`` fails (a bad configuration) or Ctrl-C comes, ``cancelled`` makes the work stop
+    at its next slice, instead of decoding on to the end of a large file first.
+    """
+    worker = _Background(work, "traceadvisor-decode", cancelled)
     try:
         if meanwhile is not None:
             meanwhile()
+    except BaseException:
+        cancelled.set()
+        raise
     finally:
         worker.wait()
     try:
@@ -129,10 +133,12 @@ def _run(
 class _Background:
     """``fn()`` on a daemon thread; ``result()`` gives its value or raises its exception here."""
 
-    def __init__(self, fn: Callable[[], Any], name: str) -> None:
+    def __init__(self, fn: Callable[[], Any], name: str, cancelled: threading.Event) -> None:
         self._fn = fn
+        self._cancelled = cancelled
         self._value: Any = None
         self._error: BaseException | None = None
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._target, name=name, daemon=True)
         self._thread.start()
 
@@ -141,9 +147,24 @@ class _Background:
             self._value = self._fn()
         except BaseException as exc:  # re-raised by result() on the waiting thread
             self._error = exc
+        finally:
+            self._done.set()
 
     def wait(self) -> None:
-        self._thread.join()
+        """Until ``fn`` has returned, even through Ctrl-C: a KeyboardInterrupt cancels the work, the
+        wait goes on, and the interrupt is raised once it has ended. Not ``Thread.join``: in Python
+        3.11 a join interrupted by KeyboardInterrupt marks a running thread as stopped (it releases
+        the thread's lock, threading._wait_for_tstate_lock), so a second join returns at once,
+        and the file would be closed under a decoder still reading it."""
+        interrupted: BaseException | None = None
+        while not self._done.is_set():
+            try:
+                self._done.wait()
+            except BaseException as exc:  # KeyboardInterrupt, raised on the main thread only
+                interrupted = exc
+                self._cancelled.set()
+        if interrupted is not None:
+            raise interrupted
 
     def result(self) -> Any:
         self.wait()
@@ -153,60 +174,20 @@ class _Background:
 
 
 # -- uncompressed: two threads, one per half ----------------------------------------------------
-# The bytes come from a memory map (no copy; decoded pages are released as the decoders go), except
-# for a file modified in the last SETTLE_SECONDS: a file that another process truncates while it is
-# mapped kills the reader with SIGBUS (no message, no exit status of ours), so a file that may still
-# be written is read with pread, where a short read makes the Python path take over and report the
-# cut. pread costs a copy: about 0.05 s and 10 MB more on the 100 MB benchmark trace.
-SETTLE_SECONDS = 10.0
-
-
-class _Mapped:
-    """The file as a memory map: decoders read it in place, slice by slice."""
-
-    def __init__(self, fd: int, size: int) -> None:
-        self.size = size
-        self.mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-
-    def close(self) -> None:
-        self.mm.close()
-
-    def read(self, at: int, n: int) -> bytes:
-        return self.mm[at : at + n]
-
-    def decode(self, decoder: Any, start: int, end: int, final: bool) -> int:
-        """Decode ``[start, end)``; the offset after ``]`` (``final``) or where the decoder stopped."""
-        pos, step = start, SLICE_BYTES
-        dropped = start - start % mmap.PAGESIZE
-        while True:
-            stop_at = min(pos + step, end)
-            last = stop_at == end
-            new, closed = decoder.feed(self.mm, pos, stop_at, final and last)
-            dropped = self._drop_pages(dropped, new)
-            if closed or last:
-                return int(new)
-            step = step * 2 if new == pos else SLICE_BYTES  # an event longer than a slice: widen it
-            pos = new
-
-    def _drop_pages(self, start: int, upto: int) -> int:
-        """Release the resident pages of ``[start, upto)`` (page-aligned); returns the new start."""
-        end = upto - upto % mmap.PAGESIZE
-        if end > start and hasattr(mmap, "MADV_DONTNEED"):
-            try:
-                self.mm.madvise(mmap.MADV_DONTNEED, start, end - start)
-            except (OSError, ValueError):
-                return end
-        return max(start, end)
-
-
 class _Pread:
-    """The file read with pread, slice by slice (a short read: the file shrank, refuse)."""
+    """The file read with pread, slice by slice, into one buffer per decoding thread.
 
-    def __init__(self, fd: int, size: int) -> None:
+    Not a memory map: a mapped file that another process truncates or rewrites while it is read
+    kills the reader with SIGBUS (mmap(2): a page beyond the file's end), whatever the file's age,
+    with no message; a short read here makes the Python path take over and report the cut. The
+    copy pread makes costs 3-7 % of the decoder's CPU time against a memory map (100 MB: 0.212
+    against 0.197 s, wall 0.118 against 0.117 s; 1 GB: 2.09 against 2.02 s), under 2 % of
+    ``analyze``'s CPU time (0.9 s and 4.9 s, bench/RESULTS.md): ``bench/byte_sources.py``.
+    """
+
+    def __init__(self, fd: int, size: int, cancelled: threading.Event | None = None) -> None:
         self.fd, self.size = fd, size
-
-    def close(self) -> None:
-        pass
+        self.cancelled = threading.Event() if cancelled is None else cancelled
 
     def read(self, at: int, n: int) -> bytes:
         data = os.pread(self.fd, n, at)
@@ -215,19 +196,43 @@ class _Pread:
         return data
 
     def decode(self, decoder: Any, start: int, end: int, final: bool) -> int:
-        pending, at, read = b"", start, start  # pending: an event cut by the previous slice, at file offset `at`
+        """Decode ``[start, end)``; the offset after ``]`` (``final``) or where the decoder stopped."""
+        buf = bytearray(min(SLICE_BYTES, end - start))
+        held, at, read = 0, start, start  # buf[:held] holds the file's bytes [at, read)
         while True:
-            chunk = self.read(read, min(SLICE_BYTES, end - read))
-            read += len(chunk)
-            data = pending + chunk if pending else chunk
+            if self.cancelled.is_set():
+                raise _Refused("cancelled")
+            if held == len(buf):  # one event longer than the buffer: widen it
+                buf.extend(bytes(len(buf)))
+            n = min(len(buf) - held, end - read)
+            self._fill(buf, held, n, read)
+            held, read = held + n, read + n
             last = read == end
-            stop, closed = decoder.feed(data, 0, len(data), final and last)
+            stop, closed = decoder.feed(buf, 0, held, final and last)
             if closed or last:
                 return at + int(stop)
-            pending, at = data[stop:], at + int(stop)
+            buf[: held - stop] = buf[stop:held]  # the event cut by the slice's end, to the front
+            held, at = held - stop, at + int(stop)
+
+    def _fill(self, buf: bytearray, pos: int, n: int, offset: int) -> None:
+        """``buf[pos:pos + n]`` = the file's bytes from ``offset``; refuse if the file is shorter now."""
+        with memoryview(buf) as view:
+            while n:
+                got = _pread_into(self.fd, view[pos : pos + n], offset)
+                if got == 0:
+                    raise _Refused("the file changed while it was read")
+                pos, offset, n = pos + got, offset + got, n - got
 
 
-def _read_plain(path: Path, source: _Mapped | _Pread) -> tuple[ColumnSink, ReadResult]:
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    if hasattr(os, "preadv"):  # straight into the buffer
+        return os.preadv(fd, [view], offset)
+    data = os.pread(fd, len(view), offset)  # a platform without preadv(2): one copy more
+    view[: len(data)] = data
+    return len(data)
+
+
+def _read_plain(path: Path, source: _Pread) -> tuple[ColumnSink, ReadResult]:
     result = ReadResult()
     size = source.size
     events_at, legacy = _head(path, source, result)
@@ -241,7 +246,9 @@ def _read_plain(path: Path, source: _Mapped | _Pread) -> tuple[ColumnSink, ReadR
         close = source.decode(first, events_at, size, final=True)
     else:
         second = _kineto.Decoder()
-        later = _Background(lambda: source.decode(second, mid, size, final=True), "traceadvisor-decode-2")
+        later = _Background(
+            lambda: source.decode(second, mid, size, final=True), "traceadvisor-decode-2", source.cancelled
+        )
         try:
             stop = source.decode(first, events_at, mid, final=False)
         finally:
@@ -258,7 +265,7 @@ def _read_plain(path: Path, source: _Mapped | _Pread) -> tuple[ColumnSink, ReadR
     return sink, result
 
 
-def _head(path: Path, source: _Mapped | _Pread, result: ReadResult) -> tuple[int, bool]:
+def _head(path: Path, source: _Pread, result: ReadResult) -> tuple[int, bool]:
     """Offset of the first event (after ``"traceEvents": [``) and whether the file is a bare array."""
     consumed = 0
 
@@ -273,7 +280,7 @@ def _head(path: Path, source: _Mapped | _Pread, result: ReadResult) -> tuple[int
     return consumed - len(rest), legacy
 
 
-def _candidate(source: _Mapped | _Pread, target: int) -> int | None:
+def _candidate(source: _Pread, target: int) -> int | None:
     """The ``{`` of a ``}, {`` event boundary at or after ``target`` (proven later by decoding)."""
     m = EVENT_BOUNDARY.search(source.read(target, min(4 << 20, source.size - target)))
     return None if m is None else target + m.end() - 1
@@ -284,7 +291,7 @@ def _cpus() -> int:
 
 
 # -- gzip: inflate and decode on one worker thread -----------------------------------------------
-def _read_gzip(path: Path, max_bytes: int) -> tuple[ColumnSink, ReadResult]:
+def _read_gzip(path: Path, max_bytes: int, cancelled: threading.Event) -> tuple[ColumnSink, ReadResult]:
     result = ReadResult()
     blocks = _inflated_ahead(iter_blocks(path, result, max_bytes))
     buf, legacy = read_head(path, blocks, result)
@@ -293,6 +300,8 @@ def _read_gzip(path: Path, max_bytes: int) -> tuple[ColumnSink, ReadResult]:
     closed = False
     tail_parts: list[bytes] = []
     for block in blocks:
+        if cancelled.is_set():
+            raise _Refused("cancelled")
         if closed:
             tail_parts.append(block)
             continue

@@ -12,7 +12,8 @@ The split is used only where it pays and is safe: a regular, uncompressed file o
 ``PARALLEL_MIN_BYTES``, two CPUs available to the process, ``os.fork`` present, and no other Python
 thread running (fork copies only the calling thread: a lock held by another would stay locked in
 the child). If the child fails in any way but a ``TraceError``, the parent reads the whole file
-itself, so the result never depends on the split. ``TRACEADVISOR_JOBS=1`` turns it off.
+itself, so the result never depends on the split. ``TRACEADVISOR_JOBS=1`` turns it off. The child
+dies with the parent (``_die_with_parent``): a killed ``analyze`` leaves no reader decoding on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import pickle
 import signal
 import stat
 import struct
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -157,9 +160,11 @@ def _read_split(
     if cut is None:
         return None
     first_end, second_at = cut
+    parent, prctl = os.getpid(), _prctl()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
+        _die_with_parent(parent, prctl)
         os.close(read_fd)
         _child(path, second_at, size, legacy, write_fd)
     os.close(write_fd)
@@ -188,6 +193,45 @@ def _read_split(
     result.bytes_read = size
     summarise(result)
     return sink, result
+
+
+# prctl(2) option: the signal the calling process gets when its parent dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Any:
+    """libc's prctl on Linux, else None. Looked up before fork: dlopen in the child of a process
+    with other (native) threads may wait forever on a loader lock that fork copied locked."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # here: only the two-process path needs it, not every start-up
+
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_parent(parent: int, prctl: Any) -> None:
+    """Make this forked child end when ``parent`` does (SIGKILL, timeout, OOM killer), instead of
+    decoding on for nobody.
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``. It is set after fork, so a parent that died in
+    between is caught by comparing ``getppid()`` with the parent's pid, as prctl(2) advises. The
+    signal comes when the thread that forked ends, not the process: here that is the main thread
+    (``_can_split`` forks only when it is the one thread), whose end is the process's. Elsewhere a
+    thread polls ``getppid()``, which changes when the parent dies and the child is re-parented.
+    """
+    if prctl is not None:
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            os._exit(1)  # the parent reads the whole file itself
+    else:
+        threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(1)
 
 
 def _child(path: Path, start: int, end: int, legacy: bool, fd: int) -> None:
