@@ -28,6 +28,7 @@ from typing import Any, Literal
 from traceadvisor.advisor.backend import Backend, Outcome, ProcessBackend, ThreadBackend
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import TensorBoardSink, log_report
+from traceadvisor.capture.export import export_chrome_json
 from traceadvisor.engine.config import Config
 from traceadvisor.engine.finding import Severity
 
@@ -198,14 +199,19 @@ class Advisor:
             raw = folder / f".rank{rank}.json.{os.getpid()}.tmp"
             t0 = time.perf_counter()
             try:
-                prof.export_chrome_trace(str(raw))
+                # Raises (and leaves no half-written file) where kineto fails silently: a full disk.
+                export_chrome_json(prof, raw)
             except BaseException:
-                raw.unlink(missing_ok=True)  # no half-written JSON left behind (a full disk, say)
+                _remove_if_empty(folder)
                 raise
             export_s = time.perf_counter() - t0
             step = getattr(prof, "step_num", None)
             job = _Job(next(_job_ids), self.cycles, rank, step, trace, raw, self.keep_traces, export_s)
             self._submit(job, analyze=self.analyze)
+        except OSError as exc:
+            logger.warning(
+                "traceadvisor: could not save the trace of cycle %d: %s; training continues", self.cycles, exc
+            )
         except Exception:
             logger.exception("traceadvisor: could not save the trace of cycle %d; training continues", self.cycles)
 
@@ -293,8 +299,10 @@ class Advisor:
             result = out.result or {}
             trace = Path(result["trace"]) if result.get("trace") else None
             if not result.get("ok"):
+                # A compression that failed (a full disk) leaves the exported JSON: keep it visibly.
+                kept = self._keep(job) if job.raw is not None else trace
                 logger.warning(
-                    "traceadvisor: analysis of cycle %d failed: %s (trace: %s)", job.cycle, result.get("error"), trace
+                    "traceadvisor: analysis of cycle %d failed: %s (trace: %s)", job.cycle, result.get("error"), kept
                 )
                 continue
             if result.get("report") is None:
@@ -508,6 +516,13 @@ def build_config(
         cfg.rules_dirs = [*cfg.rules_dirs, *(Path(d).resolve() for d in dirs)]
     instantiate(select_rules(discover(cfg.rules_dirs), cfg), cfg)
     return cfg
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # not empty (another rank's trace), or already gone
+        pass
 
 
 def _names(value: str | Sequence[str]) -> list[str]:

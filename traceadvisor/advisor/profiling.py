@@ -163,7 +163,8 @@ def profile(
     (``on_findings``, ``select``, ``ignore``, ``fail_on``, ``mode``, ``tensorboard``, ...).
     """
     window = Window(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat)
-    advisor = Advisor(out_dir, hook_step=False, **advisor_options)
+    # close_timeout is the Advisor's too: it bounds the close at interpreter exit when the block is never left.
+    advisor = Advisor(out_dir, hook_step=False, close_timeout=close_timeout, **advisor_options)
     options = {
         "activities": activities,
         "record_shapes": record_shapes,

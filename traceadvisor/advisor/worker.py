@@ -7,9 +7,17 @@ would. Both steps are slow for big traces (gzip and JSON parsing run at tens to 
 which is why they run here and not in the training loop.
 
 The worker process is started by ``backend.ProcessBackend`` as a fresh ``python`` running
-``main([FD, PRIORITY])`` and talks over a socket (``FD``) with pickled messages:
+``main([FD, PRIORITY, PARENT_PID])`` and talks over a socket (``FD``) with pickled messages:
 ``("job", payload)`` in; ``("ready", pid)``, ``("started", job_id)`` and ``("done", job_id,
 result)`` out. It never imports torch.
+
+The worker never outlives the training process. A process killed with SIGKILL or SIGTERM (the OOM
+killer, preemption, Slurm) runs no cleanup, and a worker busy with an analysis does not read its
+socket, so it would go on at full speed until the job ends. A thread of the worker watches its
+parent instead: when ``os.getppid()`` is no longer the training process (the kernel re-parents an
+orphan to init or a subreaper), the worker keeps what the training thread wrote and exits. Linux's
+``PR_SET_PDEATHSIG`` is not used: it fires when the *thread* that started the worker ends, not the
+process, and the advisor may start its worker from a thread that ends before training does.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import shutil
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -26,10 +34,22 @@ from typing import Any
 # zlib's default level: within a few percent of level 9's size at a fraction of its time. (torch's
 # own ``.gz`` export compresses at the gzip module's default, 9, on the training thread.)
 GZIP_LEVEL = 6
+# How often the worker looks for its parent: an orphaned worker is gone within about this long.
+PARENT_POLL_S = 0.25
+_CHUNK = 4 << 20
+
+# The job the worker process is running (for the parent watch to keep its trace).
+_current: dict[str, Any] | None = None
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Compress (if asked), analyse (if asked) and clean up one trace; never raises."""
+def run_job(job: dict[str, Any], cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Compress (if asked), analyse (if asked) and clean up one trace; never raises.
+
+    ``cancel`` (thread mode), set by the training thread when the job is past its time, stops the
+    job between compression chunks and inside the analysis (``analysis.analyze``'s ``cancel``).
+    """
+    from traceadvisor.errors import Cancelled, raise_if_cancelled
+
     timings: dict[str, float] = {}
     trace = Path(job["trace"])
     result: dict[str, Any] = {"id": job["id"], "ok": False, "report": None, "error": None, "trace": str(trace)}
@@ -37,13 +57,16 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         raw = job.get("raw")
         if raw is not None:
             t0 = time.perf_counter()
-            compress(Path(raw), trace)
+            compress(Path(raw), trace, cancel)
             timings["compress_s"] = time.perf_counter() - t0
         if job.get("analyze", True):
+            raise_if_cancelled(cancel)
             t0 = time.perf_counter()
-            result["report"] = analyze_to_json(trace, job.get("config"), job.get("max_bytes"))
+            result["report"] = analyze_to_json(trace, job.get("config"), job.get("max_bytes"), cancel)
             timings["analysis_s"] = time.perf_counter() - t0
         result["ok"] = True
+    except Cancelled:
+        result["error"] = "cancelled"
     except Exception as exc:
         result["error"] = _describe(exc)
     finally:
@@ -54,22 +77,62 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def compress(raw: Path, final: Path) -> None:
+def compress(raw: Path, final: Path, cancel: threading.Event | None = None) -> None:
     """gzip ``raw`` into ``final`` atomically, then remove ``raw``.
 
     The compressed bytes are built in memory (about a tenth of the JSON) and written through
-    ``atomic.write_bytes``: a reader never sees a half-written ``.json.gz``.
+    ``atomic.write_bytes``: a reader never sees a half-written ``.json.gz``. ``cancel`` is checked
+    between 4 MiB chunks (``Cancelled``; ``raw`` is left for the advisor to keep).
     """
     from traceadvisor.atomic import write_bytes
+    from traceadvisor.errors import raise_if_cancelled
 
     buf = io.BytesIO()
     with raw.open("rb") as src, gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as gz:
-        shutil.copyfileobj(src, gz, 4 << 20)
+        while chunk := src.read(_CHUNK):
+            raise_if_cancelled(cancel)
+            gz.write(chunk)
     write_bytes(final, buf.getvalue())
     raw.unlink(missing_ok=True)
 
 
-def analyze_to_json(trace: Path, config: Any, max_bytes: int | None) -> dict[str, Any]:
+def keep_unfinished(job: dict[str, Any]) -> None:
+    """The job will not finish (its training process is gone): keep what the training thread wrote
+    as the plain ``.json`` (when no ``.json.gz`` was written) and drop half-written files."""
+    trace = Path(job["trace"])
+    for partial in trace.parent.glob(f".{trace.name}.*.tmp"):  # atomic.write_bytes's temporary file
+        partial.unlink(missing_ok=True)
+    raw = Path(job["raw"]) if job.get("raw") else None
+    if raw is None or not raw.exists():
+        return
+    if trace.exists() or not job.get("keep", True):
+        raw.unlink()
+    else:
+        raw.replace(trace.with_suffix(""))  # rank0.json.gz -> rank0.json
+
+
+def watch_parent(parent: int, interval: float = PARENT_POLL_S) -> threading.Thread:
+    """A daemon thread that ends this process once ``parent`` is gone, keeping the running job's trace."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        job = _current
+        if job is not None:
+            try:
+                keep_unfinished(job)
+            except OSError:
+                pass
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="traceadvisor-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def analyze_to_json(
+    trace: Path, config: Any, max_bytes: int | None, cancel: threading.Event | None = None
+) -> dict[str, Any]:
     """The JSON report of one trace, as ``traceadvisor analyze --format json`` prints it.
 
     Going through the JSON renderer (and back) gives exactly the CLI's document: numpy scalars
@@ -81,7 +144,7 @@ def analyze_to_json(trace: Path, config: Any, max_bytes: int | None) -> dict[str
     from traceadvisor.report.render_json import render
     from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
-    report = analyze([trace], config, max_bytes=max_bytes or DEFAULT_MAX_INFLATED_BYTES)
+    report = analyze([trace], config, max_bytes=max_bytes or DEFAULT_MAX_INFLATED_BYTES, cancel=cancel)
     doc: dict[str, Any] = msgspec.json.decode(render(report))
     return doc
 
@@ -131,7 +194,10 @@ def lower_priority(priority: str) -> None:
 
 def main(argv: list[str]) -> int:
     """The worker process: serve jobs from the socket until told to stop or the parent goes away."""
+    global _current
     fd = int(argv[0])
+    if len(argv) > 2:
+        watch_parent(int(argv[2]))
     lower_priority(argv[1])
     # Anything a library prints must not reach the parent's stdout (it is the user's).
     os.dup2(2, 1)
@@ -151,9 +217,10 @@ def main(argv: list[str]) -> int:
         if msg[0] == "stop":
             return 0
         if msg[0] == "job":
-            job = msg[1]
+            job = _current = msg[1]
             conn.send(("started", job["id"]))
             result = run_job(job)
+            _current = None
             try:
                 conn.send(("done", job["id"], result))
             except OSError:

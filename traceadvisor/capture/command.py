@@ -141,6 +141,10 @@ def capture(
 ) -> None:
     """Run a script (or module, or reference workload) under a scheduled profiler, then analyse it."""
     command = ["traceadvisor", *sys.argv[1:]]
+    # The program may chdir; what the command line names is relative to where it was typed.
+    start = Path.cwd()
+    if output is not None and str(output) != "-":
+        output = output.absolute()
     try:
         options = CaptureOptions(
             schedule=Schedule(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat),
@@ -161,7 +165,7 @@ def capture(
             _check_rule_selection(select, ignore)
     except UsageError as exc:
         raise _fail(str(exc)) from None
-    code = _run(command, target, spec, options, out, overwrite, analyze, fmt, output, select, ignore)
+    code = _run(command, target, spec, options, out, overwrite, analyze, fmt, output, select, ignore, start)
     if code:
         raise typer.Exit(code=code)
 
@@ -178,6 +182,7 @@ def _run(
     output: Path | None,
     select: list[str] | None,
     ignore: list[str] | None,
+    start: Path,
 ) -> int:
     import importlib.util
 
@@ -188,6 +193,7 @@ def _run(
     from traceadvisor.capture import runinfo
     from traceadvisor.capture.session import CaptureSession
     from traceadvisor.capture.target import Program, outcome_of
+    from traceadvisor.capture.watcher import RunWatcher
 
     rank = runinfo.current_rank()
     folder = (out if out is not None else runinfo.default_run_dir(target.label)).absolute()
@@ -203,6 +209,7 @@ def _run(
         }
     )
     record = runinfo.RunRecord(folder, rank, description)
+    watcher = RunWatcher()
     session = CaptureSession(options, folder, record)
     wrapper = stepon.StepOnWrapper(session.clock) if spec is not None else None
     program = Program(target, spec)
@@ -220,6 +227,9 @@ def _run(
             raise _fail(str(exc)) from None
         except OSError as exc:
             raise _fail(f"{record.path}: cannot write ({exc.strerror or exc})") from None
+        # From here run.json says "running" until the final write below; a watcher process finishes it
+        # if this process dies first (SIGKILL, os._exit, a crash), whatever the program does.
+        watcher.start(record.path, _temporary_files(rank))
         outcome = session.run(program)
     if wrapper is not None and spec is not None:
         for what in wrapper.refused:
@@ -230,12 +240,13 @@ def _run(
         record.write()
     except OSError as exc:
         record.warn(f"could not write {record.path.name}: {exc.strerror or exc}")
+    watcher.release()
     for message in record.data["warnings"]:
         sys.stderr.write(f"traceadvisor: warning: {_one_line(message)}\n")
     analysis_code = 0
     files = session.analysis_files()
     if analyze and files and rank == 0:
-        analysis_code = _analyze([f.path for f in files], fmt, output, select, ignore)
+        analysis_code = _analyze([f.path for f in files], fmt, output, select, ignore, start)
     elif analyze and files:
         sys.stderr.write(f"traceadvisor: rank {rank}: not analysing; rank 0 prints the report\n")
     if outcome.code:
@@ -247,29 +258,88 @@ def _run(
 
 
 def _analyze(
-    paths: list[Path], fmt: str, output: Path | None, select: list[str] | None, ignore: list[str] | None
+    paths: list[Path], fmt: str, output: Path | None, select: list[str] | None, ignore: list[str] | None, start: Path
 ) -> int:
-    """The same code path as ``traceadvisor analyze`` (options, warnings, rendering, errors)."""
+    """The same code path as ``traceadvisor analyze`` (options, warnings, rendering, errors), with the
+    configuration found from ``start``, the folder capture was started in (the program may have
+    changed its working folder)."""
     from traceadvisor import cli
 
     names = ", ".join(p.name for p in paths)
     sys.stderr.write(f"traceadvisor: analysing {names}\n")
     sys.stderr.flush()
     try:
-        cli.analyze(
-            traces=paths,
-            fmt=cli.Format(fmt),
-            output=output,
-            fail_on=None,
-            max_size_gib=16.0,
-            select=select,
-            ignore=ignore,
-            rules_dir=None,
-            config=None,
-        )
+        with _working_folder(start):
+            cli.analyze(
+                traces=paths,
+                fmt=cli.Format(fmt),
+                output=output,
+                fail_on=None,
+                max_size_gib=16.0,
+                select=select,
+                ignore=ignore,
+                rules_dir=None,
+                config=None,
+            )
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
+    finally:
+        # ``cli.run`` ends the process with os._exit once ``analyze`` has written a report, skipping
+        # the interpreter's teardown; after a capture the program's atexit handlers must still run.
+        cli._report_written = False
     return 0
+
+
+@contextmanager
+def _working_folder(start: Path) -> Iterator[None]:
+    """Run the analysis in ``start`` (configuration discovery starts from the working folder), then
+    go back to the program's folder: its atexit handlers run after this and may use relative paths.
+
+    The folder is changed, rather than handed to discovery, so that a discovered file keeps the
+    rules of discovery (its rules-dir runs only when trusted); passing it as ``--config`` would trust it.
+    """
+    import os
+
+    try:
+        here = Path.cwd()
+    except OSError:  # the program removed its working folder
+        here = None
+    if here == start:
+        yield
+        return
+    try:
+        os.chdir(start)
+    except OSError as exc:
+        sys.stderr.write(
+            f"traceadvisor: warning: cannot go back to {start} ({exc.strerror or exc}); "
+            "the configuration is looked for from the program's working folder\n"
+        )
+        yield
+        return
+    try:
+        yield
+    finally:
+        if here is not None:
+            try:
+                os.chdir(here)
+            except OSError:
+                pass
+
+
+def _temporary_files(rank: int) -> list[str]:
+    """What this process may leave half-written in the run folder (see ``session._export`` and
+    ``atomic.write_bytes``): glob patterns for the watcher to remove after an abnormal end."""
+    import os
+
+    from traceadvisor.capture.runinfo import run_file_name
+
+    pid = os.getpid()
+    return [
+        f".rank{rank}-*.{pid}.json.tmp",
+        f".rank{rank}-*.{pid}.json.tmp.tmp",
+        f".rank{rank}-*.json.gz.*.tmp",
+        f".{run_file_name(rank)}.*.tmp",
+    ]
 
 
 def _target(script: str | None, module: str | None, workload: str | None, args: list[str]) -> Any:

@@ -48,6 +48,8 @@ class TorchStepHooks:
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if threading.get_ident() == self._thread:
             self._clock.optimizer_stepped(id(optimizer))
+        else:
+            self._clock.off_thread("optimizer")
 
     def _before_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # A step still pending here means no module forward ran since the last optimizer step (a loop

@@ -28,6 +28,8 @@ from typing import Any
 
 from traceadvisor.atomic import write_bytes
 from traceadvisor.capture import marker
+from traceadvisor.capture.export import export_chrome_json
+from traceadvisor.capture.foreign import ForeignProfilerWatch, calling_site, foreign_profiler_active
 from traceadvisor.capture.hooks import TorchStepHooks
 from traceadvisor.capture.options import CaptureOptions
 from traceadvisor.capture.runinfo import RunRecord, devices, now_iso, trace_file_name, versions
@@ -102,11 +104,18 @@ class CaptureSession:
         self._experimental: Any = None
         self._cycle_steps: list[int] = []
         self._cycles = 0
+        self._lost_traces = 0  # traces recorded but not written (a full disk)
         self._busy = False
         self._stopping = False
         self._failed: str | None = None
+        self._stepped_aside = False  # the program started its own profiler: capture is out of its way
+        self._prof_started = False
+        self._prof_ended = False  # capture's profiler was stopped (by stepping aside or at the end)
+        self._hooks: TorchStepHooks | None = None
         self._t0 = time.monotonic()
         self._thread = threading.get_ident()  # the program's thread: only its markers count
+        # A forked child of the program inherits this session; only this process may act on it.
+        self._pid = os.getpid()
         self._recording_actions: tuple[Any, ...] = ()  # ProfilerAction.RECORD and RECORD_AND_SAVE
 
     # -- public state ----------------------------------------------------------------------------
@@ -115,7 +124,7 @@ class CaptureSession:
         """True while a profiler cycle or the time window records."""
         if self._window_prof is not None:
             return True
-        if self._prof is None:
+        if self._prof is None or self._prof_ended:
             return False
         return self._prof.current_action in self._recording_actions
 
@@ -140,9 +149,11 @@ class CaptureSession:
         self.record.data["flags"]["sync_events"] = self._experimental is not None
         self.record.write()
         self._prof = self._profiler(scheduled=True)
-        hooks = TorchStepHooks(self.clock)
+        hooks = self._hooks = TorchStepHooks(self.clock)
         if self.clock.source is StepSource.optimizer:
             hooks.install_optimizer_hooks()
+        watch = ForeignProfilerWatch(is_ours=self._ours, on_foreign=self._step_aside)
+        watch.install()
         window = self._window = TimeWindow(
             self.options.window_delay_s,
             self.options.window_s,
@@ -167,8 +178,10 @@ class CaptureSession:
                 finally:
                     self._finish(window)
         finally:
-            marker.set_handler(None)
-            hooks.remove()
+            if os.getpid() == self._pid:
+                watch.remove()
+                marker.set_handler(None)
+                hooks.remove()
         self._conclude(outcome, window)
         return outcome
 
@@ -209,12 +222,20 @@ class CaptureSession:
         return profile(**kwargs)
 
     def _start(self) -> None:
+        if foreign_profiler_active():  # started while the program was prepared (a --step-on module's import)
+            self._step_aside()
+            return
         self._prof.start()
+        self._prof_started = True
         self._note_step()
 
     def _advance(self) -> None:
         """``prof.step()``: the clock says a step ended. Never lets a profiler failure into the program."""
-        if self._prof is None or self._failed:
+        if self._prof is None or self._failed or os.getpid() != self._pid:
+            return
+        if self._window_prof is None and not self._kineto_ours() and foreign_profiler_active():
+            # Enabled behind the watch's back (a direct torch._C call): the same step aside.
+            self._step_aside()
             return
         self._busy = True
         try:
@@ -234,6 +255,57 @@ class CaptureSession:
     def _marker(self) -> None:
         if threading.get_ident() == self._thread:
             self.clock.marker()
+        else:
+            self.clock.off_thread("marker")
+
+    # -- the program's own profiler ----------------------------------------------------------------
+    def _ours(self) -> bool:
+        """Is this call into kineto capture's own (made by the session, on its thread)?"""
+        return self._busy and threading.get_ident() == self._thread and os.getpid() == self._pid
+
+    def _kineto_ours(self) -> bool:
+        """Does capture's profiler hold kineto's session now (recording, not merely prepared)?"""
+        return not self._prof_ended and self._prof.current_action in self._recording_actions
+
+    def _step_aside(self) -> None:
+        """The program starts its own profiler: stop capture's for the rest of the run, before the
+        program's touches kineto (one session per process; see ``foreign.py``).
+
+        On capture's thread a cycle that is recording is saved, partial, and a running time window
+        too; the traces of completed cycles are kept. A profiler started on another thread cannot
+        stop capture's (its state is thread-local), so capture only stops acting and its profiler
+        ends at the end of the run.
+        """
+        if self._stepped_aside or os.getpid() != self._pid:
+            return
+        self._stepped_aside = True
+        site = calling_site()
+        at = f" at {site}" if site else ""
+        message = (
+            f"the program started its own torch profiler{at} (after {self.steps_seen} steps); kineto records "
+            "one profiler at a time, so capture stepped aside for the rest of the run and the program's profiler "
+            "records as it would without capture. To analyse the program's profiler, pass "
+            "traceadvisor.Advisor(...) as its on_trace_ready"
+        )
+        if self._hooks is not None:
+            self._hooks.remove()
+        marker.set_handler(None)
+        if threading.get_ident() == self._thread:
+            self._stopping = True  # a cycle cut here is saved as partial
+            self._busy = True
+            try:
+                if self._window is not None and threading.current_thread() is threading.main_thread():
+                    self._window.close()
+                if self._prof_started:
+                    _exit(self._prof)
+                self._prof_ended = True
+            except Exception as exc:
+                message += f" (stopping capture's profiler failed: {_one_line(exc)})"
+            finally:
+                self._busy = False
+        if self._failed is None:
+            self._failed = message
+        self.warn(message)
 
     def _on_trace_ready(self, prof: Any) -> None:
         steps, self._cycle_steps = self._cycle_steps, []
@@ -242,10 +314,15 @@ class CaptureSession:
 
     def _finish(self, window: TimeWindow) -> None:
         """End of the program: take a pending step, save a running window, stop (saving a partial cycle)."""
+        if os.getpid() != self._pid:
+            return  # a forked child of the program ending: the parent owns the capture
         window.disarm()
         self.clock.iteration_starting()
         window.close()
         self._stopping = True
+        if self._prof_ended:
+            return
+        self._prof_ended = True
         # __exit__, not stop(): it also ends kineto's step tracking and finalises an execution-trace
         # observer (ENABLE_PYTORCH_EXECUTION_TRACE), which stop() leaves unterminated.
         self._guarded(lambda: _exit(self._prof), even_after_failure=True)
@@ -274,11 +351,14 @@ class CaptureSession:
         name = trace_file_name(self.rank, kind, index)
         path = self.out_dir / name
         tmp = self.out_dir / f".{name}.{os.getpid()}.json.tmp"
+        if os.getpid() != self._pid:
+            return
         try:
-            prof.export_chrome_trace(str(tmp))
+            export_chrome_json(prof, tmp)
             data = gzip.compress(tmp.read_bytes(), compresslevel=_GZIP_LEVEL, mtime=0)
             write_bytes(path, data)
         except Exception as exc:
+            self._lost_traces += 1
             self.warn(f"could not write {name}: {_one_line(exc)}")
             return
         finally:
@@ -313,12 +393,15 @@ class CaptureSession:
         return True
 
     def _window_start(self) -> bool:
+        self._busy = True
         try:
             prof = self._profiler(scheduled=False)
             prof.start()
         except Exception as exc:
             self._fail(f"could not start the time window: {_one_line(exc)}")
             return False
+        finally:
+            self._busy = False
         self._window_prof = prof
         return True
 
@@ -353,7 +436,11 @@ class CaptureSession:
         steps = self.steps_seen
         counts = self.clock.counts
         cycles = [f for f in self.files if f.kind == "cycle"]
-        if steps == 0 and any(f.kind == "window" for f in self.files):
+        if self._stepped_aside:
+            pass  # the step-aside warning says what happened; the step counts below would mislead
+        elif steps == 0 and self.clock.off_thread_counts():
+            self.warn(self._off_thread_warning())
+        elif steps == 0 and any(f.kind == "window" for f in self.files):
             at = (window.started_at or self._t0) - self._t0
             self.warn(
                 f"no step was seen: recorded one time window of up to {self.options.window_s:g} s, "
@@ -374,7 +461,7 @@ class CaptureSession:
                 "no step was seen (no optimizer step, traceadvisor.step() call or --step-on call) and no time window "
                 f"was recorded{why}; mark steps with --step-on NAME or traceadvisor.step(), or lower --window-delay"
             )
-        elif not cycles:
+        elif not cycles and not self._lost_traces:
             self.warn(
                 f"the program made {steps} steps and ended before the schedule recorded one (the first recorded "
                 f"step is #{s.first_active_step}); lower --skip-first/--wait/--warmup or run more iterations"
@@ -398,6 +485,18 @@ class CaptureSession:
         self.record.data["exit"] = outcome.to_dict()
         self.record.data["finished_at"] = now_iso()
         self.record.data["duration_s"] = round(time.monotonic() - self._t0, 3)
+
+    def _off_thread_warning(self) -> str:
+        """Why a loop on another thread was not captured, and what to do instead."""
+        seen = ", ".join(f"{n} {what}" for what, n in self.clock.off_thread_counts().items())
+        threads = ", ".join(repr(t) for t in self.clock.off_threads)
+        return (
+            f"no step was seen on the main thread, but the program stepped on another thread ({threads}: {seen}). "
+            "torch's profiler records only the thread that starts it (its operator callbacks are thread-local), "
+            "and capture starts it on the main thread before the program runs, so that loop is neither stepped "
+            "nor recorded. Run the training loop on the main thread, or profile inside that thread with "
+            "traceadvisor.profile() (without capture)"
+        )
 
     def analysis_files(self) -> list[TraceFile]:
         """What to analyse: the last complete cycle, else the last partial one, else the time window."""

@@ -85,6 +85,7 @@ class StepOnWrapper:
         @functools.wraps(fn)
         def stepped(*args: Any, **kwargs: Any) -> Any:
             if threading.get_ident() != thread:
+                clock.off_thread("step-on")
                 return fn(*args, **kwargs)
             clock.call_started()
             try:

@@ -61,6 +61,7 @@ class StepClock:
         self._others: dict[int, int] = {}
         self._stepped_since_update = False
         self._depth = 0
+        self.off_threads: list[str] = []  # names of other threads that stepped (ignored)
 
     # -- optimizer source ------------------------------------------------------------------------
     def optimizer_stepped(self, optimizer_id: int) -> None:
@@ -120,6 +121,22 @@ class StepClock:
 
     def call_finished(self) -> None:
         self._depth -= 1
+
+    # -- another thread --------------------------------------------------------------------------------
+    def off_thread(self, what: str) -> None:
+        """A step signal (``optimizer``, ``marker``, ``step-on``) on a thread other than the program's:
+        ignored, and counted so that a run without steps can say why."""
+        import threading
+
+        self.counts[f"off_thread:{what}"] += 1
+        name = threading.current_thread().name
+        if name not in self.off_threads and len(self.off_threads) < 3:
+            self.off_threads.append(name)
+
+    def off_thread_counts(self) -> dict[str, int]:
+        """``{what: count}`` of the step signals ignored on other threads."""
+        labels = {"optimizer": "optimizer steps", "marker": "traceadvisor.step() calls", "step-on": "--step-on calls"}
+        return {labels[k.split(":", 1)[1]]: n for k, n in self.counts.items() if k.startswith("off_thread:") and n}
 
     # -- internals ---------------------------------------------------------------------------------
     def _set_pending(self) -> None:

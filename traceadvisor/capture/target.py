@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from traceadvisor.capture import stepon
 from traceadvisor.errors import UsageError
@@ -179,7 +179,13 @@ class Program:
             self._deferred = exc
 
     def run(self) -> Outcome:
-        """Run the prepared program; never raises what the program raises."""
+        """Run the prepared program; never raises what the program raises.
+
+        Except in a child the program forked (``os.fork()``) that runs off the program's end or
+        raises: that process must end as python would end it, not finish the parent's capture (a
+        second report, a rewritten ``run.json``); see ``end_forked_child``.
+        """
+        owner = os.getpid()
         try:
             if self._deferred is not None:
                 raise self._deferred
@@ -190,7 +196,11 @@ class Program:
                 sys.modules["__main__"] = self._main
                 exec(self._code, self._main.__dict__)
         except BaseException as exc:
+            if os.getpid() != owner:
+                end_forked_child(outcome_of(exc).code)
             return outcome_of(exc)
+        if os.getpid() != owner:
+            end_forked_child(0)
         return Outcome("ok", 0)
 
     def _own_file(self) -> Path | None:
@@ -199,6 +209,25 @@ class Program:
         if self.target.kind is TargetKind.module:
             return stepon.module_origin(self.target.name)
         return None
+
+
+def end_forked_child(code: int) -> NoReturn:
+    """End a child that the program forked, as multiprocessing ends its forked children.
+
+    Python's own exit would run C++ static destructors, and in a child forked while the profiler
+    runs kineto's (``libkineto::ConfigLoader``) waits forever on a condition variable whose other
+    thread exists only in the parent. So: wait for the child's own threads, run its ``atexit``
+    handlers, flush, and ``os._exit`` (``multiprocessing.process._bootstrap`` does the same).
+    """
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+    finally:
+        _flush()
+        os._exit(code)
 
 
 def outcome_of(exc: BaseException) -> Outcome:

@@ -117,6 +117,7 @@ class TrainingProfiler:
             analyze=reporting or options.analyze_all_ranks,
             report=reporting,
             hook_step=False,
+            close_timeout=options.close_timeout,  # also the bound of the close at interpreter exit
             **options.advisor,
         )
         # Several processes with fail_on: decide together (see the module docstring).
