@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -10,7 +13,7 @@ import pandas as pd
 import pytest
 from fixture_paths import HTA, TRACELENS
 
-from traceadvisor import load_file
+from traceadvisor import load, load_file
 from traceadvisor.report.summary import summarize
 from traceadvisor.trace import idle, intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
@@ -301,3 +304,71 @@ def test_recoverable_idle_subtracts_the_profilers_events() -> None:
     gaps = pd.DataFrame({"dur_ns": [10_000, 2_000, 50_000], "host_events": [2, 1, 0]})
     assert idle.recoverable_ns(gaps, 3_000) == 4_000 + 0 + 50_000
     assert idle.recoverable_ns(gaps.iloc[:0]) == 0.0
+
+
+# -- steps and ranks from damaged or odd files -----------------------------------------------------
+PINNED = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "pair_pinned_after.json.gz"
+
+
+def _pinned(tmp_path: Path, edit: Any, name: str = "steps.json") -> Path:
+    """pair_pinned_after (CPU steps ProfilerStep#2, #3, #4) with its events edited by ``edit``."""
+    doc = json.loads(gzip.decompress(PINNED.read_bytes()))
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _rename_cpu_step(old: str, new: str) -> Any:
+    def edit(doc: dict[str, Any]) -> None:
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "user_annotation" and e.get("name") == old:
+                e["name"] = new
+
+    return edit
+
+
+def test_step_number_beyond_int64_is_kept_with_a_warning(tmp_path: Path) -> None:
+    huge = f"ProfilerStep#{2**70}"
+    trace = load_file(_pinned(tmp_path, _rename_cpu_step("ProfilerStep#4", huge)))
+    t = trace.steps.table
+    assert t["name"].tolist() == ["ProfilerStep#2", "ProfilerStep#3", huge]
+    assert t["step"].tolist() == [2, 3, 2**63 - 1]  # int64 for step_of; the name keeps the digits
+    assert [w for w in trace.meta.warnings if "beyond int64" in w and huge in w]
+    assert [s["name"] for s in summarize(trace)["steps"]] == t["name"].tolist()
+
+
+def test_repeated_step_numbers_are_kept_apart_with_a_warning(tmp_path: Path) -> None:
+    """Two ProfilerStep#2 at different times are two steps, not one spanning both; the same step
+    recorded on two threads at once (overlapping) is still one."""
+    want = load_file(PINNED).steps.table
+    again = _rename_cpu_step("ProfilerStep#4", "ProfilerStep#2")
+
+    def edit(doc: dict[str, Any]) -> None:
+        again(doc)
+        step3 = next(
+            e for e in doc["traceEvents"] if e.get("cat") == "user_annotation" and e["name"] == "ProfilerStep#3"
+        )
+        doc["traceEvents"].append({**step3, "tid": 999, "ts": step3["ts"] + 1, "dur": step3["dur"] + 5})
+
+    trace = load_file(_pinned(tmp_path, edit))
+    t = trace.steps.table
+    assert t["name"].tolist() == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#2"]
+    assert t["cpu_start_ns"].tolist() == want["cpu_start_ns"].tolist()
+    ends = want["cpu_end_ns"].tolist()
+    assert t["cpu_end_ns"].tolist() == [ends[0], ends[1] + 6_000, ends[2]]  # the copy on tid 999 ends 6 µs later
+    assert [w for w in trace.meta.warnings if "step numbers repeat" in w and "ProfilerStep#2" in w]
+    assert not [w for w in load_file(PINNED).meta.warnings if "repeat" in w]
+
+
+def test_files_claiming_the_same_rank_are_warned_about(tmp_path: Path) -> None:
+    def rank(n: int) -> Any:
+        return lambda doc: doc.update(distributedInfo={"rank": n, "world_size": 8})
+
+    a = _pinned(tmp_path, rank(3), "a.json")
+    b = _pinned(tmp_path, rank(3), "b.json")
+    c = _pinned(tmp_path, rank(4), "c.json")
+    by_path = {t.meta.path: t for t in load([tmp_path])}
+    assert [w for w in by_path[str(a)].meta.warnings if "rank 3" in w and str(b) in w]
+    assert [w for w in by_path[str(b)].meta.warnings if "rank 3" in w and str(a) in w]
+    assert not [w for w in by_path[str(c)].meta.warnings if "rank" in w]

@@ -77,10 +77,9 @@ def assert_same(got: tuple[ColumnSink, ReadResult], want: tuple[ColumnSink, Read
     assert r1.truncated == r2.truncated
     assert [(e.ph, e.name) for e in s1.metadata] == [(e.ph, e.name) for e in s2.metadata]
     assert s1.other_categories == s2.other_categories
-    assert s1.negative_durations == s2.negative_durations
     t1, t2 = _tables(s1), _tables(s2)
     assert sorted(t1) == sorted(t2)
-    assert s1.bad_times == s2.bad_times
+    assert s1.warnings() == s2.warnings()  # times dropped or clamped, per table
     for family in t1:
         a, b = t1[family], t2[family]
         assert list(a.columns) == list(b.columns), family
@@ -176,6 +175,16 @@ REFUSED = {
     "number out of range": GOOD + ', {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1e400}',
     "deep": GOOD + ', {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "args": {"x": ' + "[" * 80 + "]" * 80 + "}}",
     "list as name": GOOD + ', {"ph": "X", "cat": "cpu_op", "name": ["a"], "ts": 1}',
+    # values of a type schema.py does not allow for their key: the Python path drops them with a warning
+    "id beyond int64": GOOD
+    + ', {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "args": {"correlation": 9223372036854775808}}',
+    "float id beyond int64": GOOD + ', {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1e300, "ts": 1}',
+    "grid of four": GOOD + ', {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "args": {"grid": [1, 2, 3, 4]}}',
+    "grid of a list": GOOD + ', {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "args": {"block": [1, [2], 3]}}',
+    "number as finished": GOOD + ', {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "args": {"finished": 0}}',
+    "list as a sync's pid": GOOD + ', {"ph": "X", "cat": "cuda_sync", "name": "s", "pid": [0, 1], "ts": 1}',
+    "object in an arrow": GOOD + ', {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": {"a": 1}, "ts": 1}',
+    "bool in a repeated key": GOOD.replace('"stream": 7', '"stream": true, "stream": 7'),
 }
 
 
@@ -191,6 +200,26 @@ def test_what_the_native_decoder_refuses_is_read_by_the_python_path(
     assert with_native.meta.warnings == without.meta.warnings
     for family in ("host", "gpu", "runtime", "flows", "other"):
         pd.testing.assert_frame_equal(getattr(with_native, family), getattr(without, family))
+
+
+def test_depth_and_size_limits_are_the_python_readers(tmp_path: Path) -> None:
+    """The native decoder refuses exactly the events the Python path skips (so that it reads the
+    file and warns): nested 64 levels deep (the event is level 1), or over MAX_EVENT_BYTES."""
+    from traceadvisor.trace import _kineto, reader
+
+    assert (_kineto.MAX_DEPTH, _kineto.MAX_EVENT_BYTES) == (reader.MAX_DEPTH, reader.MAX_EVENT_BYTES)
+
+    def deep(levels: int) -> str:
+        nest = "[" * (levels - 2) + "]" * (levels - 2)
+        return GOOD + ', {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "args": {"x": ' + nest + "}}"
+
+    def sized(size: int) -> str:
+        event = '{"ph": "X", "cat": "cpu_op", "name": "", "ts": 1}'
+        return GOOD + ", " + event.replace('""', '"' + "n" * (size - len(event)) + '"')
+
+    for body, refused in ((deep(63), False), (deep(64), True), (sized(_kineto.MAX_EVENT_BYTES), False)):
+        assert (native.read_native(_trace(tmp_path, body), MAX) is None) == refused
+    assert native.read_native(_trace(tmp_path, sized(_kineto.MAX_EVENT_BYTES + 1)), MAX) is None
 
 
 def test_invalid_utf8_is_refused(tmp_path: Path) -> None:
@@ -218,10 +247,10 @@ def test_values_coerced_like_the_python_path(tmp_path: Path) -> None:
     int64, names written with and without escapes, negative durations."""
     events = [
         '{"ph": "X", "cat": "kernel", "name": "caf\\u00e9", "pid": 0, "tid": "0x7", "ts": "12.5", "dur": -3,'
-        ' "args": {"stream": "0x0", "correlation": 99999999999999999999, "grid": [1, 2, 3],'
+        ' "args": {"stream": "0x0", "correlation": "99999999999999999999", "grid": [1, 2, 3],'
         ' "block": "(1, 1, 1)", "bytes": null, "size": "2560", "registers per thread": "N/A"}}',
         '{"ph": "X", "cat": "kernel", "name": "café", "pid": 0, "tid": 7, "ts": 20, "dur": 1.0005,'
-        ' "args": {"device": 3, "External id": null, "external id": 12, "grid": [1.0, 2, 3, 4]}}',
+        ' "args": {"device": 3, "External id": null, "external id": 12, "grid": [1.5, "2", null]}}',
         '{"ph": "X", "cat": "Operator", "name": null, "pid": "1", "tid": 2, "ts": 1, "dur": 1,'
         ' "args": {"Input Dims": [[2, 3]], "Input type": null, "finished": false,'
         ' "Collective name": "allreduce", "Process Group ID": "7", "dtype": "Float"}}',
@@ -238,10 +267,10 @@ def test_values_coerced_like_the_python_path(tmp_path: Path) -> None:
     assert list(gpu["name"].cat.categories) == ["café"]  # both spellings are one name
     assert gpu["stream"].tolist() == [0, 7] and gpu["device"].tolist() == [0, 3]
     assert gpu["correlation"].tolist() == [-1, -1] and gpu["ext_id"].tolist() == [-1, 12]
-    assert gpu[["grid_x", "grid_y", "grid_z"]].to_numpy().tolist() == [[1, 2, 3], [0, 0, 0]]
+    assert gpu[["grid_x", "grid_y", "grid_z"]].to_numpy().tolist() == [[1, 2, 3], [1, 2, -1]]
     assert gpu["bytes"].iloc[0] == 2560.0 and np.isnan(gpu["bytes"].iloc[1])
     assert gpu["ts_ns"].tolist() == [12_500, 20_000] and gpu["dur_ns"].tolist() == [0, 1_000]
-    assert sink.negative_durations == 1
+    assert sink.negative_durations == {"gpu": 1}
     host = tables["host"]
     assert host["unfinished"].tolist() == [True] and host["input_dims"].tolist() == [b"[[2, 3]]"]
     assert host["input_types"].tolist() == [b"null"] and host["is_annotation"].tolist() == [False]

@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import random
+import sys
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -318,3 +319,143 @@ def test_cut_off_trace_keeps_every_complete_event(external_traces: Path, tmp_pat
         complete = data[start:cut].count(b"\n  }")
         assert 0 < complete < len(events) and len(got) == complete
         assert list(map(_key_of_event, got)) == list(map(_key_of_dict, events[:complete]))
+
+
+# -- limits of the reader's own: nesting depth, event size; gzip checksums ------------------------
+TRAIN = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "train_step.json.gz"
+
+
+def _op(name: str, extra: str = "") -> str:
+    return f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": 1, "ts": 5, "dur": 1{extra}}}'
+
+
+def _nested(levels: int) -> str:
+    """``"args": {"x": [[...]]}``: with the event and args, ``levels`` levels in all."""
+    return ', "args": {"x": ' + "[" * (levels - 2) + "]" * (levels - 2) + "}"
+
+
+@pytest.mark.parametrize("recursion_limit", [None, 50_000])
+@pytest.mark.parametrize("decoder", ["1", "0"])
+def test_events_nested_64_deep_are_skipped_on_any_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str, recursion_limit: int | None
+) -> None:
+    """The reader's own limit, as the native decoder's: 63 levels are read, 64 skipped with a
+    warning; 5000 too, which msgspec decodes where the interpreter allows deeper recursion (its
+    limit follows sys.getrecursionlimit() on 3.11, the C stack budget on 3.12)."""
+    monkeypatch.setenv("TRACEADVISOR_NATIVE", decoder)
+    body = ", ".join([_op("a"), _op("deep63", _nested(63)), _op("deep64", _nested(64)), _op("deep5000", _nested(5000))])
+    path = tmp_path / "deep.json"
+    path.write_text('{"traceEvents": [' + body + "]}")
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(recursion_limit or before)
+    try:
+        trace = load_file(path)
+    finally:
+        sys.setrecursionlimit(before)
+    assert sorted(set(trace.host["name"].astype(str))) == ["a", "deep63"]
+    assert [w for w in trace.meta.warnings if "skipped 2 events nested 64 levels deep" in w]
+    assert reader._nesting(b"[" + _op("x", _nested(64)).encode() + b"]") == 1 + 64  # the array around it
+    assert reader._nesting(b'["[[[", {"a": "\\\\"}, "\\"[["]') == 2  # brackets in strings do not count
+
+
+def _with_big_event(size: int) -> bytes:
+    """train_step with a kernel of exactly ``size`` bytes after its 100th event (a long name with
+    escapes, brackets and a false boundary), one event a line."""
+    doc = json.loads(gzip.decompress(TRAIN.read_bytes()))
+    head = '{"ph": "X", "cat": "kernel", "name": "'
+    tail = '", "pid": 0, "tid": 7, "ts": 5.5, "dur": 1, "args": {"stream": 7, "correlation": 1}}'
+    unit = "x" * 4000 + r"\"y\\[{"  # JSON text: escaped quotes and backslashes, brackets
+    fill = size - len(head) - len(tail)
+    name = (unit * (fill // len(unit) + 1))[:fill]
+    name = name[: fill // 3] + "}, {" + name[fill // 3 + 4 :]  # a false event boundary, too
+    while (len(name) - len(name.rstrip("\\"))) % 2:  # an escape cut in two at the end
+        name = name[:-1] + "x"
+    big = head + name + tail
+    assert len(big.encode()) == size
+    events = [json.dumps(e) for e in doc["traceEvents"]]
+    events.insert(100, big)
+    return ('{"traceEvents": [\n  ' + ",\n  ".join(events) + '\n], "traceName": "t"}').encode()
+
+
+@pytest.mark.parametrize("decoder", ["1", "0"])
+def test_an_event_over_16_mib_is_skipped_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str
+) -> None:
+    """Exactly at the limit it is read; one byte more and it is skipped, by both decoders alike
+    (the native one refuses it; the Python path skips it without holding it)."""
+    monkeypatch.setenv("TRACEADVISOR_NATIVE", decoder)
+    want = len(load_file(TRAIN).kernels)
+    for size, kept in ((reader.MAX_EVENT_BYTES, 1), (reader.MAX_EVENT_BYTES + 1, 0)):
+        data = _with_big_event(size)
+        for path in (tmp_path / "big.json", tmp_path / "big.json.gz"):
+            path.write_bytes(gzip.compress(data, 1) if path.suffix == ".gz" else data)
+            trace = load_file(path)
+            assert len(trace.kernels) == want + kept, (size, path.name)
+            skipped = [w for w in trace.meta.warnings if "larger than 16 MiB" in w]
+            assert trace.meta.warnings == ([] if kept else skipped) and len(skipped) == 1 - kept
+            assert trace.meta.top_keys == ["traceName"]  # the tail after the events is still read
+
+
+@pytest.mark.parametrize("decoder", ["1", "0"])
+@pytest.mark.parametrize("reads", ["one read", "many reads"])
+@pytest.mark.parametrize("damage", ["crc", "length", "no trailer"])
+def test_a_damaged_gzip_trailer_keeps_every_event_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str, reads: str, damage: str
+) -> None:
+    """The trailer (CRC-32, length) comes after all the data: every event was inflated and read,
+    only the check failed; on a file read at once (a small trace) and in many reads (a large one)."""
+    monkeypatch.setenv("TRACEADVISOR_NATIVE", decoder)
+    if reads == "many reads":
+        monkeypatch.setattr(reader, "_READ_BYTES", 4096)
+    data = bytearray(TRAIN.read_bytes())
+    if damage == "no trailer":
+        data = data[:-8]
+    else:
+        data[-8 if damage == "crc" else -1] ^= 0x5A
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(bytes(data))
+    want, got = load_file(TRAIN), load_file(path)
+    assert len(got.kernels) == len(want.kernels) and len(got.host) == len(want.host)
+    assert not got.meta.truncated
+    inflated = len(gzip.decompress(TRAIN.read_bytes()))
+    assert len(got.meta.warnings) == 1, got.meta.warnings
+    warning = got.meta.warnings[0]
+    assert f"all {inflated} inflated bytes were read and analysed" in warning
+    assert ("could not be checked" if damage == "no trailer" else "only the check failed") in warning
+
+
+@pytest.mark.parametrize("decoder", ["1", "0"])
+def test_deflate_data_that_stops_inflating_keeps_the_events_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str
+) -> None:
+    """Unlike a bad checksum, damage zlib stops at ("invalid block type" here) loses the rest:
+    the events inflated before it are analysed, and the warning says the trace was cut there."""
+    monkeypatch.setenv("TRACEADVISOR_NATIVE", decoder)
+    data = TRAIN.read_bytes()
+    at = int(len(data) * 0.7)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(data[:at] + b"\xff" * 16 + data[at + 16 :])
+    trace = load_file(path)
+    full = load_file(TRAIN)
+    assert trace.meta.truncated and 0 < len(trace.host) and len(trace.gpu) < len(full.gpu)
+    assert "gzip stream is corrupt after" in trace.meta.warnings[0]
+    assert "analysed the events before it" in trace.meta.warnings[0]
+
+
+def test_ill_typed_values_are_counted_in_both_halves_of_a_split_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python path's second process reads half the file: its dropped values reach the warnings."""
+    from traceadvisor.trace.parallel import _read_serial, _read_split
+
+    doc = json.loads(gzip.decompress(TRAIN.read_bytes()))
+    events = doc["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    for e in (kernels[0], kernels[-1]):  # one in each half
+        e["args"]["stream"] = [7]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    serial = _read_serial(path, 1 << 30)[1].warnings
+    split = _read_split(path, 1 << 30, None)
+    assert split is not None
+    assert serial == split[1].warnings == ["ill-typed 'stream' in 2 kernel events (a list): read as missing"]

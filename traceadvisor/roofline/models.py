@@ -829,11 +829,18 @@ _MATMUL = {
 }  # fmt: skip
 
 
-def op_work(name: str, dims: Any, types: Any, concrete: Any = None, hint: str = "") -> Work | None:
+def op_work(
+    name: str, dims: Any, types: Any, concrete: Any = None, hint: str = "", oversized: list[str] | None = None
+) -> Work | None:
     """FLOPs, compulsory bytes, dtype and class of one op; ``None`` when not modelled.
 
     ``hint`` is the name of a kernel the op launched: it gives the element type of ``TensorList``
     inputs, which the profiler records without a dtype.
+
+    Sizes are computed with Python integers, which do not overflow; an op whose element counts do
+    not fit the roofline's int64 columns, or whose FLOPs or bytes are infinite as floats, has
+    damaged shapes (no tensor holds 2^63 elements): it is not modelled, and its name is added to
+    ``oversized`` for a warning (``oversized_warning``).
     """
     if not isinstance(dims, list) or not dims:
         return None
@@ -842,10 +849,32 @@ def op_work(name: str, dims: Any, types: Any, concrete: Any = None, hint: str = 
         work = _dispatch(x, name)
         if work is None:
             return None
-        ins = tuple(t.numel for t in x.tensors() if t.numel > 1)
-    except (TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError):
+        work = replace(work, in_numels=tuple(t.numel for t in x.tensors() if t.numel > 1))
+    except OverflowError:  # a float of a product beyond 1.8e308
+        work = None
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None
-    return replace(work, in_numels=ins)
+    if work is None or not _fits(work):
+        if oversized is not None:
+            oversized.append(name)
+        return None
+    return work
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _fits(work: Work) -> bool:
+    """Whether ``work``'s counts fit int64 and its FLOPs and bytes are finite."""
+    counts_fit = all(n in _INT64 for n in (work.out_numel, *work.in_numels))
+    return counts_fit and not math.isinf(work.flops) and not math.isinf(work.bytes) and not math.isinf(work.out_bytes)
+
+
+def oversized_warning(names: list[str]) -> str:
+    """The warning for the ops ``op_work`` left out of the roofline for sizes beyond int64."""
+    distinct = sorted(set(names))
+    shown = ", ".join(n[:60] for n in distinct[:3]) + (f" and {len(distinct) - 3} more" if len(distinct) > 3 else "")
+    return f"ops left out of the roofline: their Input Dims give sizes beyond int64 (damaged shapes): {shown}"
 
 
 def _dispatch(x: Inputs, name: str) -> Work | None:

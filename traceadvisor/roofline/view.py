@@ -44,7 +44,15 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from traceadvisor.roofline.models import FUSIBLE_CLASSES, MATRIX_CLASSES, TRITON_CLASS, Work, op_work, triton_work
+from traceadvisor.roofline.models import (
+    FUSIBLE_CLASSES,
+    MATRIX_CLASSES,
+    TRITON_CLASS,
+    Work,
+    op_work,
+    oversized_warning,
+    triton_work,
+)
 from traceadvisor.roofline.peaks import GpuConfig, Peaks, resolve_peaks
 from traceadvisor.trace import triton_launches
 from traceadvisor.trace.columns import parse_raw
@@ -174,7 +182,10 @@ def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
     kname_codes = k["name"].cat.codes.to_numpy()
     _, first_of_op = np.unique(inv, return_index=True)
     first_kernel = kname_codes[first_of_op].astype(np.int64)  # the op's first kernel: dtype hint
-    models, back = _op_works(host, pos, first_kernel, k["name"].cat.categories)
+    oversized: list[str] = []  # ops whose shapes give sizes beyond int64: left out, with a warning
+    models, back = _op_works(host, pos, first_kernel, k["name"].cat.categories, oversized)
+    if oversized:
+        trace.meta.warnings.append(oversized_warning(oversized))
     modelled = np.array([w is not None for w in models], dtype=bool)[back]
     if not modelled.any():
         return _empty()
@@ -332,7 +343,7 @@ def _basis(w: Work | None) -> str:
 
 
 def _op_works(
-    host: pd.DataFrame, pos: Any, first_kernel: Any, kernel_names: pd.Index
+    host: pd.DataFrame, pos: Any, first_kernel: Any, kernel_names: pd.Index, oversized: list[str]
 ) -> tuple[list[Work | None], npt.NDArray[np.intp]]:
     """The model of each distinct (name, dims, types, concrete inputs, first kernel) op, and for
     each op (``pos``: host positions) the index of its model."""
@@ -356,7 +367,8 @@ def _op_works(
             models.append(triton_work(int(record["bytes"]), int(record["flops"]), parse_raw(types_col[p])))
             continue
         hint = str(kernel_names[uniq[j, 4]]) if uniq[j, 4] >= 0 else ""
-        models.append(op_work(name, parse_raw(dims_col[p]), parse_raw(types_col[p]), parse_raw(conc_col[p]), hint))
+        dims, types, concrete = parse_raw(dims_col[p]), parse_raw(types_col[p]), parse_raw(conc_col[p])
+        models.append(op_work(name, dims, types, concrete, hint, oversized))
     return models, back
 
 

@@ -7,14 +7,17 @@
  *
  * Contract with the Python side (native.py):
  *   - It decodes only what it can decode exactly as the Python path does. Anything else (a syntax
- *     error, a cut-off file, a lone surrogate, invalid UTF-8, a bool where a number belongs, a key
- *     with escapes, nesting deeper than MAX_DEPTH...) raises Unsupported, and the caller reads the
- *     whole file with the Python path, which knows how to warn about and salvage damage.
+ *     error, a cut-off file, a lone surrogate, invalid UTF-8, a value of another type than
+ *     schema.py allows for its key (a bool where a number belongs, an id beyond int64: types_ok),
+ *     a key with escapes, nesting MAX_DEPTH deep, an event over MAX_EVENT_BYTES...) raises
+ *     Unsupported, and the caller reads the whole file with the Python path, which knows how to
+ *     warn about and salvage damage.
  *   - Events whose category it does not table (metadata, unknown categories) are handed back as
  *     their JSON text ("punted") for the Python path; those families never mix with the ones
  *     decoded here, so every table keeps file order.
  *   - Columns are exported in columns.py's layout (names, dtypes, order), names as interned raw
- *     JSON string bodies in order of first appearance.
+ *     JSON string bodies in order of first appearance. Times are exported as read: columns.py
+ *     drops bad ones and clamps negative durations when it builds the tables, for both paths.
  *
  * Times: Kineto writes microseconds with three decimals (format doc section 1.4). A number with at
  * most three decimals and no exponent is converted to nanoseconds from its digits, exactly; any
@@ -29,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* reader.MAX_DEPTH and reader.MAX_EVENT_BYTES (tests/test_native.py checks they agree) */
 #define MAX_DEPTH 64
+#define MAX_EVENT_BYTES ((size_t)16 << 20)
 #define MISSING_TIME INT64_MIN
 #define ABSURD_US 9.0e15
 
@@ -293,7 +298,6 @@ typedef struct {
     Buf punted_ends;
     int order[F_COUNT]; /* families in order of first appearance */
     int n_order;
-    long long negative_durations;
     long long events;
     int busy;
     int sep; /* where between events the last feed stopped: see decode_range */
@@ -813,6 +817,82 @@ static int val_xyz(const Val *v, int64_t xyz[3]) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* the types schema.py allows for each key                                                          */
+
+/* T_ID: schema.Id, T_NUMBER: schema.Number, T_TEXT, T_FLAG, T_DIM3; T_ANY: msgspec.Raw, or args */
+enum { T_ANY, T_TEXT, T_ID, T_NUMBER, T_FLAG, T_DIM3 };
+
+static const unsigned char EVENT_TYPES[E_COUNT] = {T_TEXT, T_TEXT, T_TEXT, T_ID,  T_ID,
+                                                   T_NUMBER, T_NUMBER, T_ID, T_ANY};
+static const unsigned char ARG_TYPES[A_COUNT] = {
+    T_ID, T_ID, T_ID, T_ID, T_ID, T_ID, T_ID,                           /* External id .. cid */
+    T_DIM3, T_DIM3, T_NUMBER, T_NUMBER, T_NUMBER, T_NUMBER, T_NUMBER,   /* grid .. occupancy */
+    T_ID, T_NUMBER, T_NUMBER, T_ANY, T_ANY, T_ANY, T_ID, T_ID,          /* graph id .. Fwd thread id */
+    T_ID, T_FLAG, T_ID, T_ID, T_ID, T_ID, T_ID,                         /* Record function id .. wait event */
+    T_NUMBER, T_NUMBER, T_NUMBER, T_ID, T_ID, T_TEXT, T_NUMBER,         /* Bytes .. In msg nelems */
+    T_NUMBER, T_ID, T_TEXT, T_TEXT, T_TEXT, T_TEXT, T_ID};              /* Out msg nelems .. Seq */
+
+/* schema.Id: an integer within int64, a float in (-9e18, 9e18), a string, null or absent */
+static int id_ok(const Val *v) {
+    switch (v->t) {
+        case V_INT: {
+            const char *p = v->s, *e = v->s + v->n;
+            int neg = *p == '-';
+            if (neg) p++;
+            if (e - p != 19) return e - p < 19;
+            uint64_t x = 0;
+            for (; p < e; p++) x = x * 10 + (uint64_t)(*p - '0');
+            return neg ? x <= (uint64_t)INT64_MAX + 1 : x <= (uint64_t)INT64_MAX;
+        }
+        case V_NUM: {
+            double d;
+            return number_to_double(v->s, v->n, &d) == 0 && d > -9.0e18 && d < 9.0e18;
+        }
+        default:
+            return v->t == V_NONE || v->t == V_NULL || v->t == V_STR || v->t == V_STRE;
+    }
+}
+
+/* schema.Dim3: [x, y, z] of ids, a string, null or absent */
+static int dim3_ok(const Val *v) {
+    if (v->t != V_ARR) return v->t == V_NONE || v->t == V_NULL || v->t == V_STR || v->t == V_STRE;
+    Cur c = {v->s, v->s + v->n, 0, NULL, NULL};
+    const char *p = skip_ws(v->s + 1, c.end);
+    int k = 0;
+    if (*p == ']') return 0;
+    for (;;) {
+        Val it;
+        p = scan_value(&c, p, &it, 1);
+        if (!p || !id_ok(&it) || ++k > 3) return 0;
+        p = skip_ws(p, c.end);
+        if (*p != ',') break;
+        p = skip_ws(p + 1, c.end);
+    }
+    return k == 3;
+}
+
+/* Whether v has a type schema.py allows for its key; else the Python path reads the file and
+ * drops the value with a warning. Checked as each value is scanned, repeated keys included
+ * (msgspec checks every occurrence too). */
+static int types_ok(int type, const Val *v) {
+    int t = v->t;
+    switch (type) {
+        case T_TEXT:
+            return t == V_NONE || t == V_NULL || t == V_STR || t == V_STRE;
+        case T_ID:
+            return id_ok(v);
+        case T_NUMBER:
+            return t == V_NONE || t == V_NULL || t == V_STR || t == V_STRE || t == V_INT || t == V_NUM;
+        case T_FLAG:
+            return t == V_NONE || t == V_NULL || t == V_TRUE || t == V_FALSE;
+        case T_DIM3:
+            return dim3_ok(v);
+        default:
+            return 1;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* building rows                                                                                    */
 
 #define COL(f, i) (&self->fam[f].cols[i])
@@ -875,16 +955,10 @@ typedef struct {
 #define NUM(x) \
     do { if ((x)) return -2; } while (0)
 
-/* Times of a row: ts (missing -> MISSING_TIME), dur (missing -> 0, negative -> 0 and counted). */
-static int row_times(Decoder *self, const Event *e, int64_t *ts, int64_t *dur, int with_dur) {
+/* Times of a row as read: ts (missing -> MISSING_TIME), dur (missing -> 0). */
+static int row_times(const Event *e, int64_t *ts, int64_t *dur, int with_dur) {
     NUM(val_ns(&e->ev[E_TS], MISSING_TIME, ts));
-    if (with_dur) {
-        NUM(val_ns(&e->ev[E_DUR], 0, dur));
-        if (*dur < 0 && *dur != MISSING_TIME) {
-            self->negative_durations++;
-            *dur = 0;
-        }
-    }
+    if (with_dur) NUM(val_ns(&e->ev[E_DUR], 0, dur));
     return 0;
 }
 
@@ -953,7 +1027,7 @@ static int32_t name_code(Decoder *self, int f, const Val *v, int *unsupported) {
 /* The columns every named family starts with: ts_ns, dur_ns, name. */
 static int row_start(Decoder *self, const Event *e, int f, int64_t *ts, int64_t *dur) {
     int un = 0;
-    NUM(row_times(self, e, ts, dur, 1));
+    NUM(row_times(e, ts, dur, 1));
     int32_t code = name_code(self, f, &e->ev[E_NAME], &un);
     if (un) return -2;
     if (code < 0) return -1;
@@ -1099,7 +1173,7 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             int64_t pid, tid, dtype, did;
             double bytes, alloc, reserved;
             int un = 0;
-            NUM(row_times(self, e, &ts, &dur, 0) || val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) ||
+            NUM(row_times(e, &ts, &dur, 0) || val_i64(&ev[E_PID], &pid) || val_i64(&ev[E_TID], &tid) ||
                 val_f64(&a[A_MEM_BYTES], &bytes) || val_f64(&a[A_TOTAL_ALLOC], &alloc) ||
                 val_f64(&a[A_TOTAL_RESERVED], &reserved) || val_i64(&a[A_DEVICE_TYPE], &dtype) ||
                 val_i64(&a[A_DEVICE_ID], &did));
@@ -1121,7 +1195,7 @@ static int add_event(Decoder *self, const Event *e, int f, int flag) {
             int64_t id, pid, tid;
             const Val *ph = &ev[E_PH];
             if (ph->t == V_STRE || (ph->t != V_STR && ph->t != V_NONE && ph->t != V_NULL)) return -2;
-            NUM(row_times(self, e, &ts, &dur, 0) || val_i64(&ev[E_ID], &id) || val_i64(&ev[E_PID], &pid) ||
+            NUM(row_times(e, &ts, &dur, 0) || val_i64(&ev[E_ID], &id) || val_i64(&ev[E_PID], &pid) ||
                 val_i64(&ev[E_TID], &tid));
             mark_seen(self, f);
             TRY(put_i64(COL(f, 0), ts));
@@ -1194,6 +1268,7 @@ static const char *scan_event(Cur *c, const char *p, Event *e) {
                         if (ak == -2) return FAIL(c, as, "escaped key");
                         p = ak >= 0 ? scan_value(c, p, &e->arg[ak], 3) : skip_value(c, p, 3);
                         if (!p) return NULL;
+                        if (ak >= 0 && !types_ok(ARG_TYPES[ak], &e->arg[ak])) return FAIL(c, as, "ill-typed value");
                         p = skip_ws(p, end);
                         if (p >= end) return INCOMPLETE(c, p);
                         if (*p == ',') {
@@ -1218,6 +1293,7 @@ static const char *scan_event(Cur *c, const char *p, Event *e) {
             }
         } else if (k >= 0) {
             p = scan_value(c, p, &e->ev[k], 2);
+            if (p && !types_ok(EVENT_TYPES[k], &e->ev[k])) return FAIL(c, ks, "ill-typed value");
         } else {
             p = skip_value(c, p, 2);
         }
@@ -1295,6 +1371,18 @@ static int decode_range(Decoder *self, Cur *c, const char *start, int final, con
         }
         const char *ev_start = p;
         const char *q = scan_event(c, p, &e);
+        if (!q && c->err == ERR_INCOMPLETE && (size_t)(end - ev_start) > MAX_EVENT_BYTES) {
+            c->err = ERR_BAD; /* already over the limit: the Python path skips it with a warning */
+            c->why = "an event larger than MAX_EVENT_BYTES";
+            c->at = ev_start;
+            return -1;
+        }
+        if (q && (size_t)(q - ev_start) > MAX_EVENT_BYTES) {
+            c->err = ERR_BAD;
+            c->why = "an event larger than MAX_EVENT_BYTES";
+            c->at = ev_start;
+            return -1;
+        }
         if (!q) {
             if (c->err == ERR_INCOMPLETE && !final) {
                 c->err = 0;
@@ -1434,7 +1522,7 @@ static PyObject *export_names(Interner *it) {
 }
 
 /* {"families": [(family, rows, [(column, kind, data)])], "names": {family: [bytes|None]},
- *  "punted": [bytes], "negative_durations": n, "events": n}. Frees the columns as it goes. */
+ *  "punted": [bytes], "events": n}. Frees the columns as it goes. */
 static PyObject *Decoder_export(Decoder *self, PyObject *Py_UNUSED(ignored)) {
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "decoder in use by another thread");
@@ -1492,13 +1580,11 @@ static PyObject *Decoder_export(Decoder *self, PyObject *Py_UNUSED(ignored)) {
     if (PyDict_SetItemString(out, "families", families) || PyDict_SetItemString(out, "names", names) ||
         PyDict_SetItemString(out, "punted", punted))
         goto fail;
-    PyObject *nd = PyLong_FromLongLong(self->negative_durations), *ne = PyLong_FromLongLong(self->events);
-    if (!nd || !ne || PyDict_SetItemString(out, "negative_durations", nd) || PyDict_SetItemString(out, "events", ne)) {
-        Py_XDECREF(nd);
+    PyObject *ne = PyLong_FromLongLong(self->events);
+    if (!ne || PyDict_SetItemString(out, "events", ne)) {
         Py_XDECREF(ne);
         goto fail;
     }
-    Py_DECREF(nd);
     Py_DECREF(ne);
     Py_DECREF(families);
     Py_DECREF(names);
@@ -1578,6 +1664,8 @@ PyMODINIT_FUNC PyInit__kineto(void) {
     if (!Unsupported || PyModule_AddObject(m, "Unsupported", Unsupported)) return NULL;
     Py_INCREF(&DecoderType);
     if (PyModule_AddObject(m, "Decoder", (PyObject *)&DecoderType)) return NULL;
-    if (PyModule_AddIntConstant(m, "ABI", 1)) return NULL;
+    if (PyModule_AddIntConstant(m, "ABI", 2) || PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) ||
+        PyModule_AddIntConstant(m, "MAX_EVENT_BYTES", (long)MAX_EVENT_BYTES))
+        return NULL;
     return m;
 }

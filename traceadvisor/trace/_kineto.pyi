@@ -2,6 +2,8 @@
 from typing import Any
 
 ABI: int
+MAX_DEPTH: int
+MAX_EVENT_BYTES: int
 
 class Unsupported(ValueError): ...
 

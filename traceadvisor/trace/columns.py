@@ -1,9 +1,14 @@
 """Turn batches of decoded events into columnar numpy arrays, one table per event family.
 
 Each batch is bucketed by category (normalised through the alias table of format doc §6), and each
-bucket is converted to numpy at once, so no per-event Python objects outlive their batch. Numbers
-in string form (``"inf"``, hex ``"0x0"`` streams, ``"2560"`` sizes) are coerced; what cannot be
-read becomes NaN (floats) or -1 (ids).
+bucket is converted to numpy at once, so no per-event Python objects outlive their batch. Values
+arrive with the types ``schema.py`` allows (the reader has dropped any other, with a warning), so
+every column is one-dimensional. Numbers in string form (``"inf"``, hex ``"0x0"`` streams,
+``"2560"`` sizes) are coerced; what cannot be read becomes NaN (floats) or -1 (ids).
+
+Times are checked when a table is built, for both decoders alike: a row whose ``ts`` or ``dur``
+is missing, not a number or absurd is dropped, a negative ``dur`` is set to 0, and both are
+counted per table for the warnings (``ColumnSink.warnings``).
 
 Times become int64 nanoseconds, exactly: Kineto writes microseconds with three decimals (format
 doc §1.4), and ``floor(ts) * 1000 + round(frac(ts) * 1000)`` recovers those digits from a float64
@@ -18,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from itertools import count, repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +49,20 @@ CATEGORY_ALIASES: dict[str, str] = {
     "async_gpu": "ac2g",
     "async_cpu_to_gpu": "ac2g",
     "forward_backward": "fwdbwd",
+}
+
+# The categories of each table, as the warnings name them.
+FAMILY_LABELS: dict[str, str] = {
+    "host": "cpu_op/user_annotation",
+    "frames": "python_function",
+    "runtime": "cuda_runtime/cuda_driver",
+    "gpu": "kernel/gpu_memcpy/gpu_memset",
+    "gpu_annotations": "gpu_user_annotation",
+    "syncs": "cuda_sync",
+    "memory": "cpu_instant_event",
+    "overhead": "overhead",
+    "flows": "fwdbwd flow",
+    "other": "unknown-category",
 }
 
 # Which table each category lands in.
@@ -191,7 +210,7 @@ def _xyz(values: Sequence[Any]) -> tuple[I64, I64, I64]:
     """Grid/block ``[x, y, z]`` lists to three int columns (missing → 0)."""
     xs, ys, zs = [], [], []
     for v in values:
-        if isinstance(v, list) and len(v) == 3:
+        if isinstance(v, (list, tuple)) and len(v) == 3:
             x, y, z = (_int(c) for c in v)
         else:
             x = y = z = 0
@@ -252,7 +271,7 @@ def _collectives(sink: ColumnSink, evs: list[Event], args: list[Args], on_gpu: b
         return
     sub = [args[i] for i in idx]
     sev = [evs[i] for i in idx]
-    cols = sink.times(sev, count_negative=False)  # counted once, with the event's own row
+    cols = sink.times(sev)
     cols["on_gpu"] = np.full(len(idx), on_gpu)
     cols["pid"] = ints([e.pid for e in sev])
     cols["tid"] = ints([e.tid for e in sev])
@@ -280,17 +299,17 @@ class ColumnSink:
         self.names: dict[str, Interner] = {}
         self.metadata: list[Event] = []
         self.other_categories: dict[str, int] = {}
-        self.bad_times = 0
-        self.negative_durations = 0
+        # per table, counted as it is built: rows dropped for a bad ts / a bad dur, negative durs
+        self.bad_ts: dict[str, int] = {}
+        self.bad_dur: dict[str, int] = {}
+        self.negative_durations: dict[str, int] = {}
 
     # -- batch intake -------------------------------------------------------------------------
     def add_batch(self, events: list[Event]) -> None:
         # Bucketing is vectorised: one C-level pass maps each category to its table, numpy finds
         # each table's rows (a per-event Python loop here cost more than the JSON decode).
-        try:
-            codes = np.fromiter(map(_FAMILY_CODE.get, [e.cat for e in events], repeat(-1)), np.int8, len(events))
-        except TypeError:  # an unhashable category (a list, an object): damaged input, the slow path
-            codes = np.full(len(events), -1, dtype=np.int8)
+        cats = cast(list[str], [e.cat for e in events])  # or None, which dict.get takes too
+        codes = np.fromiter(map(_FAMILY_CODE.get, cats, repeat(-1)), np.int8, len(events))
         buckets: dict[str, list[Event]] = {}
         present = np.bincount(codes + 1, minlength=len(_FAMILIES) + 1)
         for code in np.flatnonzero(present[1:]):
@@ -334,7 +353,6 @@ class ColumnSink:
             "names": {family: list(it.codes) for family, it in self.names.items()},
             "metadata": self.metadata,
             "other_categories": self.other_categories,
-            "negative_durations": self.negative_durations,
         }
 
     def absorb(self, state: dict[str, Any]) -> None:
@@ -350,7 +368,6 @@ class ColumnSink:
         self.metadata.extend(state["metadata"])
         for cat, n in state["other_categories"].items():
             self.other_categories[cat] = self.other_categories.get(cat, 0) + n
-        self.negative_durations += state["negative_durations"]
 
     def interner(self, family: str) -> Interner:
         it = self.names.get(family)
@@ -358,21 +375,53 @@ class ColumnSink:
             it = self.names[family] = Interner()
         return it
 
-    def times(self, evs: list[Event], duration: bool = True, count_negative: bool = True) -> dict[str, Any]:
-        ts = to_ns([e.ts for e in evs])
-        cols: dict[str, Any] = {"ts_ns": ts}
+    def times(self, evs: list[Event], duration: bool = True) -> dict[str, Any]:
+        """``ts_ns`` (and ``dur_ns``, 0 when absent) as read; ``table`` checks them."""
+        cols: dict[str, Any] = {"ts_ns": to_ns([e.ts for e in evs])}
         if duration:
-            dur = to_ns([0 if e.dur is None else e.dur for e in evs])
-            neg = (dur < 0) & (dur != MISSING_TIME)
-            if neg.any():
-                # Kineto clamps durations to >= 0 (format doc §1.4): a negative one is damage.
-                if count_negative:
-                    self.negative_durations += int(neg.sum())
-                dur[neg] = 0
-            cols["dur_ns"] = dur
+            cols["dur_ns"] = to_ns([0 if e.dur is None else e.dur for e in evs])
         return cols
 
     # -- final tables -------------------------------------------------------------------------
+    def _check_times(self, family: str, data: dict[str, Any]) -> npt.NDArray[np.bool_]:
+        """The rows of ``data`` with a missing, unreadable or absurd time (to drop), negative
+        durations set to 0 and ``end_ns`` added; counted under ``family``. Collective rows repeat
+        a host op's or a kernel's row, which counts them."""
+        ts, dur = data["ts_ns"], data.get("dur_ns")
+        bad: npt.NDArray[np.bool_] = ts == MISSING_TIME
+        counts = family != "collectives"
+        if counts and bad.any():
+            self.bad_ts[family] = self.bad_ts.get(family, 0) + int(bad.sum())
+        if dur is None:
+            return bad
+        bad_dur: npt.NDArray[np.bool_] = dur == MISSING_TIME
+        if counts and (bad_dur & ~bad).any():
+            self.bad_dur[family] = self.bad_dur.get(family, 0) + int((bad_dur & ~bad).sum())
+        neg = (dur < 0) & ~bad_dur
+        if neg.any():
+            # Kineto clamps durations to >= 0 (format doc §1.4): a negative one is damage.
+            if counts:
+                self.negative_durations[family] = self.negative_durations.get(family, 0) + int(neg.sum())
+            data["dur_ns"] = dur = np.where(neg, 0, dur)
+        data["end_ns"] = ts + dur  # wrong on the bad rows, which are dropped
+        return bad | bad_dur
+
+    def warnings(self) -> list[str]:
+        """What the tables built so far dropped or changed, one line per kind, naming the tables."""
+        out = []
+        families = sorted({*self.bad_ts, *self.bad_dur})
+        if families:
+            dropped = sum(self.bad_ts.values()) + sum(self.bad_dur.values())
+            parts = "; ".join(
+                f"{_label(f)}: {_time_counts(self.bad_ts.get(f, 0), self.bad_dur.get(f, 0))}" for f in families
+            )
+            out.append(f"dropped {_events(dropped)} with missing, non-numeric or absurd times ({parts})")
+        if self.negative_durations:
+            n = sum(self.negative_durations.values())
+            parts = "; ".join(f"{_label(f)}: {k} 'dur'" for f, k in sorted(self.negative_durations.items()))
+            out.append(f"{_events(n)} had negative durations, set to 0 ({parts})")
+        return out
+
     def table(self, family: str) -> pd.DataFrame:
         import pandas as pd
 
@@ -392,23 +441,29 @@ class ColumnSink:
             else:
                 data[k] = arr
         store.clear()
-        ts = data["ts_ns"]
-        dur = data.get("dur_ns")
-        bad = ts == MISSING_TIME
-        if dur is not None:
-            bad |= dur == MISSING_TIME
-            data["end_ns"] = ts + dur  # the rows it is wrong on (bad times) are dropped below
+        bad = self._check_times(family, data)
         df = pd.DataFrame(data, copy=False)
         if not bad.any() and family != "collectives":
             return df  # already labelled 0..n-1
         if bad.any():
-            self.bad_times += int(bad.sum())
             df = df[~bad]
         if family == "collectives":
             # Rows come from two builders (host ops, GPU kernels) in batch order: make it an order
             # that does not depend on where batches were cut.
             df = df.iloc[np.lexsort((df["ts_ns"].to_numpy(), df["on_gpu"].to_numpy()))]
         return df.reset_index(drop=True)
+
+
+def _label(family: str) -> str:
+    return FAMILY_LABELS.get(family, family)
+
+
+def _events(n: int) -> str:
+    return "1 event" if n == 1 else f"{n} events"
+
+
+def _time_counts(ts: int, dur: int) -> str:
+    return ", ".join(f"{n} '{key}'" for key, n in (("ts", ts), ("dur", dur)) if n)
 
 
 # "Operator" is cpu_op's name before kineto 0.4 (format doc §6): an op, not an annotation.
@@ -465,7 +520,7 @@ def _gpu(sink: ColumnSink, family: str, evs: list[Event]) -> dict[str, Any]:
     args = [e.args or _EMPTY_ARGS for e in evs]
     cols = sink.times(evs)
     cols["name"] = sink.interner(family).encode([e.name for e in evs])
-    cols["kind"] = np.array([_GPU_KIND.get(e.cat, 0) for e in evs], dtype=np.int8)
+    cols["kind"] = np.array([_GPU_KIND.get(e.cat or "", 0) for e in evs], dtype=np.int8)
     dev = ints([a.device for a in args])
     cols["device"] = np.where(dev >= 0, dev, ints([e.pid for e in evs]))
     stream = ints([a.stream for a in args])

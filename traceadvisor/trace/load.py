@@ -127,6 +127,7 @@ def load(
     _report_skipped(skipped, any_loaded=bool(traces))
     if len(traces) > 1:
         _assign_missing_ranks(traces)
+        _warn_shared_ranks(traces)
     return traces
 
 
@@ -151,11 +152,8 @@ def load_file(
     tables = {family: sink.table(family) for family in list(sink.parts)}
     warnings = list(result.warnings)
     if result.dropped_events:
-        warnings.append(f"dropped {result.dropped_events} events with missing or ill-typed fields")
-    if sink.bad_times:
-        warnings.append(f"dropped {sink.bad_times} events with missing, non-numeric or absurd times")
-    if sink.negative_durations:
-        warnings.append(f"{sink.negative_durations} events had negative durations (set to 0)")
+        warnings.append(f"dropped {result.dropped_events} events that are not JSON objects")
+    warnings.extend(sink.warnings())  # times dropped or clamped, per table
     if not any(len(t) for t in tables.values()):
         if result.truncated:
             raise TraceError(f"{path}: trace is cut off before any complete, usable event")
@@ -203,6 +201,21 @@ def _as_int(v: Any) -> int | None:
     if isinstance(v, str) and v.strip().isdigit():
         return int(v)
     return None
+
+
+def _warn_shared_ranks(traces: list[Trace]) -> None:
+    """A warning on each trace whose rank another file claims too (two runs' traces in one folder,
+    or a file copied under another name): the cross-rank comparisons would mix them up."""
+    by_rank: dict[int | None, list[Trace]] = {}
+    for t in traces:
+        by_rank.setdefault(t.meta.rank, []).append(t)
+    for rank, same in by_rank.items():
+        if len(same) < 2:
+            continue
+        for t in same:
+            others = [o.meta.path for o in same if o is not t]
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            t.meta.warnings.append(f"rank {rank} is also claimed by {shown}: several files for one rank")
 
 
 def _assign_missing_ranks(traces: list[Trace]) -> None:

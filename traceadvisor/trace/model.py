@@ -456,26 +456,27 @@ class Trace:
         for c in np.unique(codes[codes >= 0]).tolist():
             m = _STEP_NAME.match(str(categories[c]))
             if m:
-                number[c] = int(m.group(1))
+                number[c] = self._step_number(m.group(0), int(m.group(1)))
         row_number = np.where(codes >= 0, number[np.maximum(codes, 0)], -1)
         is_step = np.flatnonzero(row_number >= 0)
         if not len(is_step):
             return Steps(pd.DataFrame({c: [] for c in cols}))
-        # One window per step number (a step can be recorded once per thread in odd traces):
-        # the earliest start and latest end of each (step, name), in start order.
-        windows: dict[tuple[int, str], list[int]] = {}
         ts, end = ann["ts_ns"].to_numpy()[is_step].tolist(), ann["end_ns"].to_numpy()[is_step].tolist()
+        spans: dict[tuple[int, str], list[tuple[int, int]]] = {}
         for step, c, t, e in zip(row_number[is_step].tolist(), codes[is_step].tolist(), ts, end, strict=True):
-            w = windows.setdefault((step, str(categories[c])), [t, e])
-            w[0], w[1] = min(w[0], t), max(w[1], e)
-        keys = sorted(windows)
-        keys.sort(key=lambda k: windows[k][0])  # stable: ties stay in (step, name) order
+            spans.setdefault((step, str(categories[c])), []).append((t, e))
+        per_step = {key: _step_windows(found) for key, found in spans.items()}
+        windows = [(key, w) for key, found in per_step.items() for w in found]
+        repeated = sorted(key[1] for key, found in per_step.items() if len(found) > 1)
+        if repeated:
+            self.meta.warnings.append(_repeated_steps_warning(repeated))
+        windows.sort(key=lambda kw: (kw[1][0], kw[0]))  # start order; ties in (step, name) order
         table = pd.DataFrame(
             {
-                "step": np.array([k[0] for k in keys], dtype=np.int64),
-                "name": np.array([k[1] for k in keys], dtype=object),
-                "cpu_start_ns": np.array([windows[k][0] for k in keys], dtype=np.int64),
-                "cpu_end_ns": np.array([windows[k][1] for k in keys], dtype=np.int64),
+                "step": np.array([k[0] for k, _ in windows], dtype=np.int64),
+                "name": np.array([k[1] for k, _ in windows], dtype=object),
+                "cpu_start_ns": np.array([w[0] for _, w in windows], dtype=np.int64),
+                "cpu_end_ns": np.array([w[1] for _, w in windows], dtype=np.int64),
             }
         )
         gs, ge, basis = self._gpu_step_windows(table)
@@ -483,6 +484,14 @@ class Trace:
         table["gpu_end_ns"] = ge
         table["gpu_basis"] = basis
         return Steps(table)
+
+    def _step_number(self, name: str, n: int) -> int:
+        """``n``, or the largest int64 for a number beyond it (with a warning): the step table's
+        numbers are int64 for the vectorised lookups (``step_of``); its name keeps the digits."""
+        if n <= _MAX_STEP:
+            return n
+        self.meta.warnings.append(f"{name[:60]}: step number beyond int64; numbered {_MAX_STEP} in the step table")
+        return _MAX_STEP
 
     def _gpu_step_windows(self, table: pd.DataFrame) -> tuple[I64, I64, list[str]]:
         """GPU window of each step: the span of the GPU work launched from inside its CPU window.
@@ -795,6 +804,30 @@ def name_codes(names: pd.Series) -> tuple[npt.NDArray[np.intp], pd.Index]:
         return names.cat.codes.to_numpy().astype(np.intp), names.cat.categories
     codes, uniques = pd.factorize(names)
     return codes.astype(np.intp), pd.Index(uniques)
+
+
+_MAX_STEP = int(np.iinfo(np.int64).max)
+
+
+def _step_windows(found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The windows of one step name: its records merged where they overlap (a step recorded once
+    per thread, in odd traces), kept apart where they do not (the numbers repeat: two profiling
+    sessions in one file, or a restarted schedule), so no window spans the time between them."""
+    out: list[list[int]] = []
+    for t, e in sorted(found):
+        if out and t <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([t, e])
+    return [(t, e) for t, e in out]
+
+
+def _repeated_steps_warning(names: list[str]) -> str:
+    shown = ", ".join(n[:60] for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"step numbers repeat at different times ({shown}): several profiling sessions in one file? "
+        "kept as separate steps"
+    )
 
 
 def _table(df: pd.DataFrame | None, family: str) -> pd.DataFrame:

@@ -38,7 +38,7 @@ from traceadvisor.trace.schema import EVENT_LIST
 
 # The contract between this module and _kineto.c (columns, export layout); a module built from an
 # older source (an editable install not rebuilt) is ignored rather than trusted.
-ABI = 1
+ABI = 2
 _kineto: Any
 try:
     from traceadvisor.trace import _kineto
@@ -410,7 +410,6 @@ def _state(state: dict[str, Any]) -> dict[str, Any]:
         "names": names,
         "metadata": [],
         "other_categories": {},
-        "negative_durations": state["negative_durations"],
     }
 
 

@@ -361,4 +361,7 @@ def _merge_results(into: ReadResult, other: ReadResult) -> None:
     into.repaired_events += other.repaired_events
     into.skipped_events += other.skipped_events
     into.deep_events += other.deep_events
+    into.oversized_events += other.oversized_events
+    for key, n in other.bad_values.items():  # values dropped for their type, per (category, key, kind)
+        into.bad_values[key] = into.bad_values.get(key, 0) + n
     into.surrogates = into.surrogates or other.surrogates
