@@ -26,6 +26,9 @@ Damage is contained to the events it touches; the normal path does no per-event 
   are read normally;
 * an event nested ``MAX_DEPTH`` levels deep or more is skipped (the reader counts the depth
   itself: msgspec's limit follows the interpreter's, which differs between Python versions);
+* an event larger than ``MAX_EVENT_BYTES`` is skipped without being held (``_skip_event``);
+* a gzip member's CRC-32 and length are checked after its data was read: a mismatch, or a
+  missing trailer, is a warning about data that was all analysed;
 * ill-typed events are decoded one by one in their batch: an event that is not an object is
   dropped; a value of the wrong type (a list where an id belongs, ``args`` not an object...) is
   dropped from its event, which is kept (``schema.py`` says which types each key takes).
