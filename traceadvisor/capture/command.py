@@ -401,4 +401,8 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split()) if not text.isprintable() else text
+    """One safe stderr line: a message may quote a file name or the program's exception, which can
+    hold newlines or terminal escapes (see ``report/safe_text.py``)."""
+    from traceadvisor.report.safe_text import one_line
+
+    return one_line(text)

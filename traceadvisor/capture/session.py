@@ -528,7 +528,10 @@ def _optimizer_constructed() -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300]
+    """An exception as part of one safe warning line (its text may hold newlines or escapes)."""
+    from traceadvisor.report.safe_text import terminal
+
+    text = terminal(" ".join(str(exc).split()), 300)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
