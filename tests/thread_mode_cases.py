@@ -10,19 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
-from test_advisor_reliability import SPIN_RULE
+import test_advisor_reliability as reliability
 
 from traceadvisor.advisor import Advisor
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+FIXTURES = reliability.FIXTURES
 
 
-@pytest.fixture
-def spin_rules(tmp_path: Path) -> Path:
-    folder = tmp_path / "rules"
-    folder.mkdir()
-    (folder / "spin.py").write_text(SPIN_RULE)
-    return folder
+# The spinning user rule's folder, the same fixture as the suite's.
+spin_rules = reliability.spin_rules
 
 
 def test_thread_mode_cancels_an_analysis_past_its_timeout(
