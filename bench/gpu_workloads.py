@@ -15,7 +15,7 @@ error or a hang in one does not stop the others (``--timeout-s`` each):
    ``traceadvisor.workloads.triton_hooks.recording()``, and export ``traces/<name>.json.gz``;
 2. ``traceadvisor analyze`` it (``reports/<name>.json``, and ``.txt`` rendered from that JSON);
 3. check what the registry says analyze should show (top kernel, bottleneck annotation, rule
-   codes) and read the Triton launch records back (``traceadvisor.trace.triton_launches``): every
+   codes) and read the Triton launch records back (``traceadvisor.analyses.triton_launches``): every
    Triton kernel of the workload must have records whose grid equals the kernel's grid in the
    trace; achieved GB/s and TFLOP/s per Triton kernel come from those records.
 
@@ -186,7 +186,7 @@ def one_workload(w: Any, out: Path, timeout: float, device: str) -> dict[str, An
 def describe(report: dict[str, Any], trace: Path) -> dict[str, Any]:
     """What the report and the Triton launch records say, in brief."""
     import traceadvisor
-    from traceadvisor.trace import triton_launches
+    from traceadvisor.analyses import triton_launches
 
     t = report["traces"][0]
     ann = t.get("annotations") or {}
@@ -280,7 +280,7 @@ def capture_smoke(out: Path, timeout: float) -> dict[str, Any]:
     entry: dict[str, Any] = {"exit": rc, "run_s": round(time.monotonic() - t0, 1), "log": str(log.relative_to(out))}
     try:
         import traceadvisor
-        from traceadvisor.trace import triton_launches
+        from traceadvisor.analyses import triton_launches
 
         traces = sorted(folder.glob("*.json.gz"))
         entry["traces"] = [t.name for t in traces]
@@ -315,7 +315,7 @@ def environment() -> dict[str, Any]:
 
 
 def render_text(report: dict[str, Any]) -> str:
-    from traceadvisor.analysis import Report
+    from traceadvisor.pipeline import Report
     from traceadvisor.report import render_text as rt
 
     return rt.render(Report(report["traces"], report["findings"], report["skipped"], report["errors"]))

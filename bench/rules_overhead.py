@@ -8,7 +8,7 @@ still discovered, so their import is on both sides), interleaved, ``--repeat`` t
 overhead is (with rules - without) / without, from the medians.
 
 Also printed, for the record: in one process, ``--repeat`` times (default 5):
-``traceadvisor.load_file(TRACE)`` (timed: load), then ``traceadvisor.analysis.analyze_traces([trace])``
+``traceadvisor.load_file(TRACE)`` (timed: load), then ``traceadvisor.pipeline.analyze_traces([trace])``
 on that fresh trace (timed: analyze = the per-trace summary, the shared derived views the rules read,
 every rule, the report). Each
 repetition starts from a new ``Trace`` object, so no cached view carries over; the garbage of the
@@ -71,7 +71,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 def measure(path: Path, repeat: int) -> dict[str, list[float]]:
     """Per repetition: load seconds, analyze seconds (summary + rules + report) on that fresh trace."""
     import traceadvisor
-    from traceadvisor.analysis import analyze_traces
+    from traceadvisor.pipeline import analyze_traces
 
     # Import and discover once (rule files compiled) so that the first repetition is not special.
     analyze_traces([traceadvisor.load_file(path)])

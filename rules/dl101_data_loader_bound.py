@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from traceadvisor import Finding, Rule, Severity, Trace
 from traceadvisor.rules_api import Capability, Evidence, location_of
-from traceadvisor.trace.idle import PROFILER_EVENT_COST_NS, recoverable_ns
+from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, recoverable_ns
 
 LOADER_MARK = "DataLoader"
 

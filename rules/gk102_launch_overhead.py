@@ -11,7 +11,7 @@ import pandas as pd
 from traceadvisor import Finding, Rule, Severity, Trace
 from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
 from traceadvisor.trace import intervals
-from traceadvisor.trace.idle import GRAPH_LAUNCHES, PROFILER_EVENT_COST_NS
+from traceadvisor.analyses.idle import GRAPH_LAUNCHES, PROFILER_EVENT_COST_NS
 
 
 @dataclass(frozen=True)

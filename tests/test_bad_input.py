@@ -388,7 +388,7 @@ SUBPROCESS = {
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory, external_traces: Path) -> Inputs:
-    from traceadvisor.analysis import analyze
+    from traceadvisor.pipeline import analyze
 
     args = build_cases(tmp_path_factory.mktemp("bad"), external_traces)
     assert set(args) == set(ERRORS) | set(SALVAGED) | set(CLEAN) | set(CUTS) | set(CORRUPT)
@@ -544,12 +544,12 @@ def test_output_into_missing_folder_is_one_line(
 def test_unexpected_exception_is_one_line(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import traceadvisor.analysis
+    import traceadvisor.pipeline
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise ValueError("something\nunexpected")
 
-    monkeypatch.setattr(traceadvisor.analysis, "analyze", boom)
+    monkeypatch.setattr(traceadvisor.pipeline, "analyze", boom)
     monkeypatch.delenv("TRACEADVISOR_DEBUG", raising=False)
     good = tmp_path / "good.json"
     good.write_bytes(render(make_trace()))

@@ -15,7 +15,8 @@ from fixture_paths import HTA, TRACELENS
 
 from traceadvisor import load, load_file
 from traceadvisor.report.summary import summarize
-from traceadvisor.trace import idle, intervals
+from traceadvisor.analyses import idle
+from traceadvisor.trace import intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 
@@ -153,7 +154,7 @@ def test_graph_launch_of_cuda_graph_has_many_kernels() -> None:
     assert len(launches) == int((t.gpu["launch"] >= 0).sum())
 
 
-# -- idle attribution (traceadvisor/trace/idle.py) ------------------------------------------------
+# -- idle attribution (traceadvisor/analyses/idle.py) ------------------------------------------------
 FIXTURE_TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 ATTRIBUTED = [
     "planted_sync_in_loop",

@@ -32,7 +32,7 @@ def test_analyze_runs_without_torch() -> None:
 
 def test_analysis_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, traceadvisor, traceadvisor.cli, traceadvisor.analysis, traceadvisor.trace.graph;"
+        "import sys, traceadvisor, traceadvisor.cli, traceadvisor.pipeline, traceadvisor.analyses.graph;"
         "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -28,7 +28,7 @@ from markdown_it import MarkdownIt
 
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import format_report, log_report
-from traceadvisor.analysis import Report
+from traceadvisor.pipeline import Report
 from traceadvisor.report import render_text
 from traceadvisor.testing import write_case_trace
 
@@ -142,7 +142,7 @@ def test_text_report_escapes_every_control_and_forges_no_line(hostile: tuple[Pat
 def test_text_report_on_a_terminal_has_only_our_own_styles(hostile: tuple[Path, Path]) -> None:
     """With colour (a terminal), the only escape sequences are rich's SGR styles (ESC [ ... m)."""
     trace, _ = hostile
-    from traceadvisor.analysis import analyze_traces
+    from traceadvisor.pipeline import analyze_traces
     from traceadvisor.trace.load import load_file
 
     report = analyze_traces([load_file(trace)])

@@ -24,7 +24,7 @@ import pytest
 from fixture_paths import EXTERNAL, TRACELENS
 
 from traceadvisor import load_file
-from traceadvisor.analysis import analyze_traces
+from traceadvisor.pipeline import analyze_traces
 from traceadvisor.engine.config import Config, load_config
 from traceadvisor.errors import UsageError
 from traceadvisor.roofline import gpus, view

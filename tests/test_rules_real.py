@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from traceadvisor import Finding, load_file
-from traceadvisor.analysis import analyze_traces
+from traceadvisor.pipeline import analyze_traces
 from traceadvisor.engine.config import Config
 from traceadvisor.engine.runner import instantiate, run
 from traceadvisor.testing import find_rule

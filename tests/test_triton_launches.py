@@ -20,7 +20,7 @@ import pytest
 
 import traceadvisor
 from traceadvisor.testing import write_case_trace
-from traceadvisor.trace import triton_launches
+from traceadvisor.analyses import triton_launches
 
 torch = pytest.importorskip("torch")
 if importlib.util.find_spec("triton") is None:

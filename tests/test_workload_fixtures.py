@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from traceadvisor import load_file
-from traceadvisor.trace import triton_launches
+from traceadvisor.analyses import triton_launches
 
 TRACES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
 

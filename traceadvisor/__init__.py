@@ -18,11 +18,11 @@ _LAZY: dict[str, str] = {
     "profile": "traceadvisor.advisor",
     "Capability": "traceadvisor.engine.rule",
     "Rule": "traceadvisor.engine.rule",
-    "Evidence": "traceadvisor.engine.finding",
-    "Finding": "traceadvisor.engine.finding",
-    "Impact": "traceadvisor.engine.finding",
-    "Location": "traceadvisor.engine.finding",
-    "Severity": "traceadvisor.engine.finding",
+    "Evidence": "traceadvisor.report.finding",
+    "Finding": "traceadvisor.report.finding",
+    "Impact": "traceadvisor.report.finding",
+    "Location": "traceadvisor.report.finding",
+    "Severity": "traceadvisor.report.finding",
     "load": "traceadvisor.trace.load",
     "load_file": "traceadvisor.trace.load",
     "Trace": "traceadvisor.trace.model",
@@ -49,7 +49,7 @@ __all__ = [  # noqa: RUF022 (kept in the order of _LAZY)
 if TYPE_CHECKING:
     from traceadvisor.advisor import Advisor, profile
     from traceadvisor.capture.marker import step
-    from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity
+    from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity
     from traceadvisor.engine.rule import Capability, Rule
     from traceadvisor.trace.load import load, load_file
     from traceadvisor.trace.model import Trace

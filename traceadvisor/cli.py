@@ -175,8 +175,8 @@ def analyze(
     ] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
-    from traceadvisor.analysis import SEVERITIES
-    from traceadvisor.analysis import analyze as run_analysis
+    from traceadvisor.pipeline import SEVERITIES
+    from traceadvisor.pipeline import analyze as run_analysis
     from traceadvisor.atomic import write_bytes
 
     max_bytes, why_limit = _max_bytes(max_size_gib)
@@ -386,7 +386,7 @@ def explain(rule: Annotated[str, typer.Argument(help="Rule code or name.")]) -> 
 
 
 def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:
-    from traceadvisor.analysis import Report
+    from traceadvisor.pipeline import Report
 
     assert isinstance(report, Report)
     if fmt is Format.json:

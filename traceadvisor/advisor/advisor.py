@@ -30,7 +30,7 @@ from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import TensorBoardSink, log_report
 from traceadvisor.capture.export import export_chrome_json
 from traceadvisor.engine.config import Config
-from traceadvisor.engine.finding import Severity
+from traceadvisor.report.finding import Severity
 
 logger = logging.getLogger("traceadvisor")
 

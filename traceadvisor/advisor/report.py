@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceadvisor.analysis import Report
-from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity
+from traceadvisor.pipeline import Report
+from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity
 
 
 def finding_from_dict(d: dict[str, Any]) -> Finding:

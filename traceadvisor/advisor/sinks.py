@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from traceadvisor.advisor.report import AdvisorReport
-from traceadvisor.engine.finding import Severity
+from traceadvisor.report.finding import Severity
 from traceadvisor.report.safe_text import one_line
 
 logger = logging.getLogger("traceadvisor")

@@ -140,7 +140,7 @@ def analyze_to_json(
     """
     import msgspec
 
-    from traceadvisor.analysis import analyze
+    from traceadvisor.pipeline import analyze
     from traceadvisor.report.render_json import render
     from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
@@ -161,7 +161,7 @@ def _describe(exc: BaseException) -> str:
 
 def _warm_up() -> None:
     """Import the analysis now (a second or more), so the first job does not pay for it."""
-    import traceadvisor.analysis
+    import traceadvisor.pipeline
     import traceadvisor.engine.runner
     import traceadvisor.report.render_json
     import traceadvisor.report.summary

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceadvisor.engine.finding import Severity, Thresholds
+from traceadvisor.report.finding import Severity, Thresholds
 from traceadvisor.errors import UsageError
 from traceadvisor.roofline.peaks import GpuConfig, parse_gpu_table
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from traceadvisor.engine.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
+from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.roofline.peaks import NO_PEAKS_HELP
 from traceadvisor.trace.model import Trace
 

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from traceadvisor.analysis import Report
+from traceadvisor.pipeline import Report
 
 
 def _enc_hook(obj: Any) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceadvisor.analysis import Report
+from traceadvisor.pipeline import Report
 from traceadvisor.report.config_note import config_note
 from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE, above_roof
 from traceadvisor.report.rows import ROW_LIMIT, elide, hidden_steps_line

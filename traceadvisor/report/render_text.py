@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from traceadvisor.analysis import Report
+from traceadvisor.pipeline import Report
 from traceadvisor.report.config_note import config_note
 from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE, above_roof
 from traceadvisor.report.rows import ROW_LIMIT, elide, hidden_steps_line

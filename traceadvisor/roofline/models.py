@@ -214,7 +214,7 @@ _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
 
 
 def triton_work(nbytes: int, flops: int, types: Any) -> Work | None:
-    """The work of one Triton launch from its record (``traceadvisor.trace.triton_launches``).
+    """The work of one Triton launch from its record (``traceadvisor.analyses.triton_launches``).
 
     ``nbytes`` and ``flops`` are the record's fields (-1: not recorded), ``types`` the record's
     ``Input type`` (its tensor arguments, with ``record_shapes``). ``None`` for a record without

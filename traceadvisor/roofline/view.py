@@ -5,7 +5,7 @@ op models (``models.py``) can estimate gets a row. Computed once per trace (``Tr
 and shared by the report and the rules.
 
 Custom Triton kernels have no aten op to model. A kernel launched under a Triton launch record
-(``traceadvisor.trace.triton_launches``: its launching op, or for records written as user
+(``traceadvisor.analyses.triton_launches``: its launching op, or for records written as user
 annotations the record around its launch call) takes its bytes and FLOPs from the record instead
 (``models.triton_work``): bytes of the tensor arguments, each counted once, which is a lower
 bound on its traffic when it reads an argument more than once and an upper bound when it touches
@@ -54,7 +54,7 @@ from traceadvisor.roofline.models import (
     triton_work,
 )
 from traceadvisor.roofline.peaks import GpuConfig, Peaks, resolve_peaks
-from traceadvisor.trace import triton_launches
+from traceadvisor.analyses import triton_launches
 from traceadvisor.trace.columns import parse_raw
 
 if TYPE_CHECKING:

@@ -29,11 +29,12 @@ import pandas as pd
 from traceadvisor.trace import intervals
 from traceadvisor.trace.columns import KERNEL, MEMCPY, MEMSET
 from traceadvisor.trace.schema import Event
+from traceadvisor.trace.tables import empty_table
 
 if TYPE_CHECKING:
     from traceadvisor.roofline.peaks import GpuConfig
     from traceadvisor.roofline.view import Roofline
-    from traceadvisor.trace.graph import CriticalPath, TraceGraph
+    from traceadvisor.analyses.graph import CriticalPath, TraceGraph
 
 I64 = npt.NDArray[np.int64]
 
@@ -41,161 +42,6 @@ _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
 # Frames from these locations are library code; the first frame outside them is the user's line.
 _LIBRARY_PARTS = ("site-packages/", "dist-packages/", "torch/", "<built-in", "threading.py", "runpy.py")
-
-EMPTY_TABLE_COLUMNS: dict[str, list[str]] = {
-    "host": [
-        "ts_ns",
-        "dur_ns",
-        "end_ns",
-        "name",
-        "is_annotation",
-        "pid",
-        "tid",
-        "ext_id",
-        "seq_nr",
-        "fwd_tid",
-        "rf_id",
-        "unfinished",
-        "input_dims",
-        "input_types",
-        "concrete_inputs",
-    ],
-    "frames": ["ts_ns", "dur_ns", "end_ns", "name", "pid", "tid", "py_id", "py_parent", "module_id"],
-    "runtime": [
-        "ts_ns",
-        "dur_ns",
-        "end_ns",
-        "name",
-        "is_driver",
-        "pid",
-        "tid",
-        "correlation",
-        "ext_id",
-        "cbid",
-        "stream_arg",
-    ],
-    "gpu": [
-        "ts_ns",
-        "dur_ns",
-        "end_ns",
-        "name",
-        "kind",
-        "device",
-        "stream",
-        "correlation",
-        "ext_id",
-        "grid_x",
-        "grid_y",
-        "grid_z",
-        "block_x",
-        "block_y",
-        "block_z",
-        "registers",
-        "shared_mem",
-        "blocks_per_sm",
-        "warps_per_sm",
-        "occupancy_pct",
-        "graph_id",
-        "bytes",
-    ],
-    "gpu_annotations": ["ts_ns", "dur_ns", "end_ns", "name", "device", "stream", "ext_id"],
-    "syncs": [
-        "ts_ns",
-        "dur_ns",
-        "end_ns",
-        "name",
-        "device",
-        "stream",
-        "correlation",
-        "ext_id",
-        "wait_on_stream",
-        "wait_on_event_corr",
-    ],
-    "memory": ["ts_ns", "name", "pid", "tid", "bytes", "total_allocated", "total_reserved", "device_type", "device_id"],
-    "collectives": [
-        "ts_ns",
-        "dur_ns",
-        "end_ns",
-        "on_gpu",
-        "pid",
-        "tid",
-        "correlation",
-        "ext_id",
-        "collective",
-        "in_nelems",
-        "out_nelems",
-        "dtype",
-        "group_size",
-        "pg_name",
-        "pg_ranks",
-        "seq",
-    ],
-    "flows": ["ts_ns", "is_start", "is_fwdbwd", "flow_id", "pid", "tid"],
-    "overhead": ["ts_ns", "dur_ns", "end_ns", "name"],
-    "other": ["ts_ns", "dur_ns", "end_ns", "name", "category"],
-}
-
-_INT_COLUMNS = {
-    "ts_ns",
-    "dur_ns",
-    "end_ns",
-    "pid",
-    "tid",
-    "ext_id",
-    "seq_nr",
-    "fwd_tid",
-    "rf_id",
-    "py_id",
-    "py_parent",
-    "module_id",
-    "correlation",
-    "cbid",
-    "stream_arg",
-    "device",
-    "stream",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "graph_id",
-    "wait_on_stream",
-    "wait_on_event_corr",
-    "device_type",
-    "device_id",
-    "flow_id",
-    "group_size",
-    "seq",
-}
-
-
-def _empty(family: str) -> pd.DataFrame:
-    cols = EMPTY_TABLE_COLUMNS[family]
-    data: dict[str, Any] = {}
-    for c in cols:
-        if c in _INT_COLUMNS:
-            data[c] = np.empty(0, np.int64)
-        elif c in ("is_annotation", "unfinished", "is_driver", "on_gpu", "is_start", "is_fwdbwd"):
-            data[c] = np.empty(0, bool)
-        elif c == "kind":
-            data[c] = np.empty(0, np.int8)
-        elif c == "name":
-            data[c] = pd.Categorical([])
-        elif c in (
-            "input_dims",
-            "input_types",
-            "concrete_inputs",
-            "collective",
-            "dtype",
-            "pg_name",
-            "pg_ranks",
-            "category",
-        ):
-            data[c] = np.empty(0, object)
-        else:
-            data[c] = np.empty(0, np.float64)
-    return pd.DataFrame(data)
 
 
 @dataclass
@@ -645,7 +491,7 @@ class Trace:
         ``blocking_row`` and ``host_events``; see ``idle.py``. Each cause has one owning rule
         (``idle.CLAIMED_BY``), so no idle nanosecond is claimed twice.
         """
-        from traceadvisor.trace import idle
+        from traceadvisor.analyses import idle
 
         if not self.device_ids:
             return idle.empty()
@@ -722,13 +568,13 @@ class Trace:
     @cached_property
     def graph(self) -> TraceGraph:
         """The dependency graph (built on first use; large traces pay only if a rule asks)."""
-        from traceadvisor.trace.graph import TraceGraph
+        from traceadvisor.analyses.graph import TraceGraph
 
         return TraceGraph.build(self)
 
     def step_critical_path(self, step: int) -> CriticalPath | None:
         """Critical path of one step: from the step's last GPU work back to its CPU start."""
-        from traceadvisor.trace.graph import TraceGraph
+        from traceadvisor.analyses.graph import TraceGraph
 
         t = self.steps.table
         row = t[t["step"] == step]
@@ -832,7 +678,7 @@ def _repeated_steps_warning(names: list[str]) -> str:
 
 def _table(df: pd.DataFrame | None, family: str) -> pd.DataFrame:
     if df is None or not len(df):
-        return _empty(family)
+        return empty_table(family)
     return df
 
 

@@ -2,7 +2,7 @@
 
 Inside ``recording()``, every Triton launch made while the torch profiler records is wrapped in a
 CPU op named ``triton::<kernel> grid=(x,y,z) bytes=<n> [flops=<n>]`` (the reader is
-``traceadvisor.trace.triton_launches``). Why an op in the trace rather than a side file: the
+``traceadvisor.analyses.triton_launches``). Why an op in the trace rather than a side file: the
 record then travels with the trace, is ordered by the same clock, and is tied to its GPU kernel
 by the links the trace already has: the launch's driver call (``cuLaunchKernelEx``) carries the
 External id of the innermost enclosing CPU op, which is this one. It is a CPU *op* (a

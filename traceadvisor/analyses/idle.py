@@ -33,6 +33,7 @@ unprofiled run does not pay, so rules can tell the time a fix recovers from the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -64,7 +65,20 @@ STEP_MARK = "ProfilerStep#"
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
 OUTSIDE_OPS = "host (outside any op)"
 
-CAUSES = ("sync", "data_loading", "optimizer", "launch_bound", "cpu_op", "launch_latency", "unknown")
+
+class IdleCause(StrEnum):
+    """The primary cause of an idle gap (the module docstring gives each one's test, in order)."""
+
+    sync = "sync"
+    data_loading = "data_loading"
+    optimizer = "optimizer"
+    launch_bound = "launch_bound"
+    cpu_op = "cpu_op"
+    launch_latency = "launch_latency"
+    unknown = "unknown"
+
+
+CAUSES = tuple(c.value for c in IdleCause)
 # The rule that claims (reports the time of) each cause: every idle nanosecond has at most one
 # owner. Launch latency is the GPU's own start-up cost between kernels (also between the nodes of
 # a CUDA graph): no change in the workload removes it, so no rule claims it.
