@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, Evidence, location_of
 from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, recoverable_ns
+from traceadvisor.rules_api import Capability, Evidence, location_of
 
 LOADER_MARK = "DataLoader"
 

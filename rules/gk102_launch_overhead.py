@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
+from traceadvisor.analyses.idle import GRAPH_LAUNCHES, PROFILER_EVENT_COST_NS
 from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
 from traceadvisor.trace import intervals
-from traceadvisor.analyses.idle import GRAPH_LAUNCHES, PROFILER_EVENT_COST_NS
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, Evidence, location_of, parse_raw
 from traceadvisor.analyses.idle import MULTI_TENSOR_MARKS, PROFILER_EVENT_COST_NS
+from traceadvisor.rules_api import Capability, Evidence, location_of, parse_raw
 
 # HBM bandwidth (bytes/s) from NVIDIA datasheets, by device name; fallback by compute capability.
 BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "H800": 3.35e12, "A100": 2.0e12, "A10": 0.6e12, "L40S": 0.864e12}

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
 from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, recoverable_ns
+from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
 
 # Blocking calls: traceadvisor.rules_api.BLOCKING_CALLS (shared with the idle attribution).
 # Ops that force a sync because the host needs a value (or a shape) computed on the GPU.

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import traceadvisor
+from traceadvisor.analyses import annotation_time
 from traceadvisor.pipeline import analyze
 from traceadvisor.report import render_markdown, render_text
 from traceadvisor.testing import write_case_trace
-from traceadvisor.analyses import annotation_time
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 LABELLED = [

@@ -14,8 +14,8 @@ import pytest
 from fixture_paths import HTA, TRACELENS
 
 from traceadvisor import load, load_file
-from traceadvisor.report.summary import summarize
 from traceadvisor.analyses import idle
+from traceadvisor.report.summary import summarize
 from traceadvisor.trace import intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace

@@ -24,9 +24,9 @@ import pytest
 from fixture_paths import EXTERNAL, TRACELENS
 
 from traceadvisor import load_file
-from traceadvisor.pipeline import analyze_traces
 from traceadvisor.engine.config import Config, load_config
 from traceadvisor.errors import UsageError
+from traceadvisor.pipeline import analyze_traces
 from traceadvisor.roofline import gpus, view
 from traceadvisor.roofline.gpus import DTYPES, GPUS, lookup, match
 from traceadvisor.roofline.models import causal_fraction, op_work

@@ -22,13 +22,13 @@ import pytest
 from test_triton_launches import _profile_cpu
 
 import traceadvisor
-from traceadvisor.pipeline import analyze_traces
+from traceadvisor.analyses import triton_launches
 from traceadvisor.engine.config import load_config
+from traceadvisor.pipeline import analyze_traces
 from traceadvisor.roofline import view
 from traceadvisor.roofline.gpus import lookup
 from traceadvisor.roofline.peaks import GpuConfig
 from traceadvisor.testing import write_case_trace
-from traceadvisor.analyses import triton_launches
 from traceadvisor.trace.columns import parse_raw
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "numSms": 132, "totalGlobalMem": 85e9}

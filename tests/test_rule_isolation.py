@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from traceadvisor import errors
-from traceadvisor.pipeline import Report, analyze, analyze_traces
 from traceadvisor.engine.config import Config, parse_table
+from traceadvisor.pipeline import Report, analyze, analyze_traces
 from traceadvisor.report import render_json, render_markdown, render_text
 from traceadvisor.trace.load import load_file
 

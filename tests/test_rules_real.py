@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from traceadvisor import Finding, load_file
-from traceadvisor.pipeline import analyze_traces
 from traceadvisor.engine.config import Config
 from traceadvisor.engine.runner import instantiate, run
+from traceadvisor.pipeline import analyze_traces
 from traceadvisor.testing import find_rule
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import traceadvisor
-from traceadvisor.testing import write_case_trace
 from traceadvisor.analyses import triton_launches
+from traceadvisor.testing import write_case_trace
 
 torch = pytest.importorskip("torch")
 if importlib.util.find_spec("triton") is None:

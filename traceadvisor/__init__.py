@@ -49,8 +49,8 @@ __all__ = [  # noqa: RUF022 (kept in the order of _LAZY)
 if TYPE_CHECKING:
     from traceadvisor.advisor import Advisor, profile
     from traceadvisor.capture.marker import step
-    from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity
     from traceadvisor.engine.rule import Capability, Rule
+    from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity
     from traceadvisor.trace.load import load, load_file
     from traceadvisor.trace.model import Trace
 

@@ -175,9 +175,9 @@ def analyze(
     ] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
+    from traceadvisor.atomic import write_bytes
     from traceadvisor.pipeline import SEVERITIES
     from traceadvisor.pipeline import analyze as run_analysis
-    from traceadvisor.atomic import write_bytes
 
     max_bytes, why_limit = _max_bytes(max_size_gib)
     if output is not None and str(output) == "-":

@@ -6,8 +6,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.engine.rule import DOC_SECTIONS, Capability, Rule, evidence_from, location_of
+from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 

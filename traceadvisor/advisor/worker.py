@@ -161,8 +161,8 @@ def _describe(exc: BaseException) -> str:
 
 def _warm_up() -> None:
     """Import the analysis now (a second or more), so the first job does not pay for it."""
-    import traceadvisor.pipeline
     import traceadvisor.engine.runner
+    import traceadvisor.pipeline
     import traceadvisor.report.render_json
     import traceadvisor.report.summary
     import traceadvisor.trace.model  # noqa: F401

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceadvisor.report.finding import Severity, Thresholds
 from traceadvisor.errors import UsageError
+from traceadvisor.report.finding import Severity, Thresholds
 from traceadvisor.roofline.peaks import GpuConfig, parse_gpu_table
 
 CONFIG_ENV = "TRACEADVISOR_CONFIG"

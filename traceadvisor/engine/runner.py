@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from traceadvisor.engine.config import DEFAULT_RULE_TIMEOUT_S, Config
-from traceadvisor.report.finding import Finding, problem_with
 from traceadvisor.engine.isolation import Interrupter, RuleInterrupted, read_only, stdout_to_stderr
 from traceadvisor.engine.registry import RuleSource
 from traceadvisor.engine.rule import Capability, Rule, trace_capabilities
 from traceadvisor.errors import Cancelled, UsageError, raise_if_cancelled
+from traceadvisor.report.finding import Finding, problem_with
 from traceadvisor.trace.model import Trace
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceadvisor.roofline.summary import summarize as roofline_summary
 from traceadvisor.analyses import annotation_time
-from traceadvisor.trace import intervals
 from traceadvisor.analyses.idle import breakdown as idle_breakdown
+from traceadvisor.roofline.summary import summarize as roofline_summary
+from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace, name_codes
 
 TOP_KERNELS = 10

@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from traceadvisor.analyses import triton_launches
 from traceadvisor.roofline.models import (
     FUSIBLE_CLASSES,
     MATRIX_CLASSES,
@@ -54,7 +55,6 @@ from traceadvisor.roofline.models import (
     triton_work,
 )
 from traceadvisor.roofline.peaks import GpuConfig, Peaks, resolve_peaks
-from traceadvisor.analyses import triton_launches
 from traceadvisor.trace.columns import parse_raw
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from traceadvisor.trace.schema import Event
 from traceadvisor.trace.tables import empty_table
 
 if TYPE_CHECKING:
+    from traceadvisor.analyses.graph import CriticalPath, TraceGraph
     from traceadvisor.roofline.peaks import GpuConfig
     from traceadvisor.roofline.view import Roofline
-    from traceadvisor.analyses.graph import CriticalPath, TraceGraph
 
 I64 = npt.NDArray[np.int64]
 
