@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import DEFAULT_CACHE_DIR, MB, REPO, default_python, ensure_traces, measure, warm  # noqa: E402
+from run import DEFAULT_CACHE_DIR, MB, REPO, default_python, ensure_traces, measure, warm
 
 
 def _native(py: str, tree: Path) -> str:
@@ -49,7 +49,7 @@ def main() -> int:
         native = _native(args.python, tree)
         print(f"[ab] {label}: {tree} (git {_rev(tree)}; native decoder: {native})", flush=True)
         if native != "True":
-            raise SystemExit(f"[ab] tree {label} has no built native decoder: copy traceadvisor/trace/_kineto*.so into it")
+            raise SystemExit(f"[ab] tree {label} has no native decoder: copy traceadvisor/trace/_kineto*.so into it")
     sizes = sorted(int(x) for x in args.sizes.split(","))
     traces = ensure_traces(args.python, sizes, DEFAULT_CACHE_DIR, None)
     runs: dict[tuple[int, str], list[dict]] = {}
@@ -57,7 +57,7 @@ def main() -> int:
         warm(traces[s]["path"])
     for rep in range(args.repeat):
         for s in sizes:
-            for label in ("AB" if rep % 2 == 0 else "BA"):
+            for label in "AB" if rep % 2 == 0 else "BA":
                 out = Path(tempfile.mkdtemp(prefix="ta-ab-"))
                 cmd = [args.python, "-m", "traceadvisor", "analyze", str(traces[s]["path"]), "--format", "json"]
                 r = measure([*cmd, "--output", str(out / "report.json")], 600, env={"PYTHONPATH": str(trees[label])})
@@ -66,9 +66,11 @@ def main() -> int:
                 if not ok:
                     raise SystemExit(f"[ab] {label} failed on {s} MB: rc={r['rc']} {r.get('stderr_tail', '')[-300:]}")
                 runs.setdefault((s, label), []).append(r)
-                print(f"[ab] rep {rep + 1} {s:>5} MB {label} {r['wall_s']:.3f} s {r['peak_rss_bytes'] / MB:.0f} MB", flush=True)
+                peak = r["peak_rss_bytes"] / MB
+                print(f"[ab] rep {rep + 1} {s:>5} MB {label} {r['wall_s']:.3f} s {peak:.0f} MB", flush=True)
     print()
-    print(f"Median of {args.repeat} interleaved runs; A = {trees['A']} ({_rev(trees['A'])}), B = {trees['B']} ({_rev(trees['B'])})")
+    a_tree, b_tree = (f"{trees[k]} ({_rev(trees[k])})" for k in "AB")
+    print(f"Median of {args.repeat} interleaved runs; A = {a_tree}, B = {b_tree}")
     print()
     print("| size | A s | B s | B/A time | A peak MB | B peak MB | B/A peak | A spread s | B spread s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -77,13 +79,15 @@ def main() -> int:
         ta, tb = (statistics.median(r["wall_s"] for r in x) for x in (a, b))
         ma, mb = (statistics.median(r["peak_rss_bytes"] for r in x) / MB for x in (a, b))
         sa, sb = (max(r["wall_s"] for r in x) - min(r["wall_s"] for r in x) for x in (a, b))
-        print(f"| {s} MB | {ta:.3f} | {tb:.3f} | {tb / ta:.3f} | {ma:.0f} | {mb:.0f} | {mb / ma:.3f} | {sa:.3f} | {sb:.3f} |")
+        times = f"{ta:.3f} | {tb:.3f} | {tb / ta:.3f}"
+        print(f"| {s} MB | {times} | {ma:.0f} | {mb:.0f} | {mb / ma:.3f} | {sa:.3f} | {sb:.3f} |")
     return 0
 
 
 def _rev(tree: Path) -> str:
     r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    status = ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"]
+    dirty = subprocess.run(status, capture_output=True, text=True)
     return r.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
