@@ -30,10 +30,16 @@ $(VENV)/.installed-test: pyproject.toml $(NATIVE_SRC) | $(VENV)/bin/python
 demo: $(VENV)/.installed-base
 	$(VENV)/bin/traceadvisor analyze $(DEMO_TRACE)
 
+# The layers (docs/architecture.md): import-linter's contracts in pyproject.toml over the package,
+# the rules' one import (rules_api), and mypy over the package and, on its own, the rule files
+# (not a package: each is a top-level module, as the registry loads it).
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check traceadvisor rules tests hatch_build.py $(wildcard bench)
 	$(PY) -m ruff format --check traceadvisor rules tests
 	$(PY) -m mypy
+	$(PY) -m mypy rules
+	$(VENV)/bin/lint-imports
+	$(PY) -m traceadvisor.engine.lint rules
 
 test: $(VENV)/.installed-test lint
 	TRACEADVISOR_REQUIRE_NATIVE=1 $(PY) -m pytest

@@ -115,10 +115,10 @@ def end_to_end(path: Path, repeat: int) -> dict[str, list[float]]:
 def breakdown(path: Path) -> list[tuple[str, float]]:
     """Seconds of the summary, of the shared idle attribution, and of each rule's ``check`` alone."""
     import traceadvisor
-    from traceadvisor.engine.config import Config
+    from traceadvisor.config import Config
     from traceadvisor.engine.registry import discover
-    from traceadvisor.engine.rule import trace_capabilities
     from traceadvisor.engine.runner import instantiate, select
+    from traceadvisor.pipeline import capabilities
     from traceadvisor.report.summary import summarize
 
     config = Config()
@@ -128,7 +128,7 @@ def breakdown(path: Path) -> list[tuple[str, float]]:
     rows.append(("summary (with the shared views)", timed(lambda: summarize(trace))[0]))
     fresh = traceadvisor.load_file(path)
     rows.insert(1, ("  of which idle attribution", timed(lambda: fresh.idle_attribution)[0]))
-    caps = trace_capabilities(trace)
+    caps = capabilities([trace])[0]
     for rule in rules:  # on the summarised trace: each rule pays only for what it alone computes
         label = f"{rule.code} {rule.name}"
         if not type(rule).requires <= caps:  # analyze skips it on this trace: not timed

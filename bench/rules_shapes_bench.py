@@ -76,10 +76,10 @@ def _check_all(rule: Any, trace: Any) -> list[Any]:
 def measure(path: Path, selectors: list[str], repeat: int, summary: bool) -> tuple[float, list[dict[str, Any]]]:
     """Load seconds and one row per rule (plus the summary): first-run and repeated seconds."""
     import traceadvisor
-    from traceadvisor.engine.config import Config
+    from traceadvisor.config import Config
     from traceadvisor.engine.registry import discover
-    from traceadvisor.engine.rule import trace_capabilities
     from traceadvisor.engine.runner import instantiate, run, select
+    from traceadvisor.pipeline import capabilities
     from traceadvisor.report.summary import summarize
 
     config = Config(select=selectors) if selectors else Config()
@@ -88,13 +88,13 @@ def measure(path: Path, selectors: list[str], repeat: int, summary: bool) -> tup
     # lazily on first use (about 0.7 s), which would otherwise count as load time.
     small = traceadvisor.load_file(WARM_UP)
     summarize(small)
-    run(rules, [small])
+    run(rules, [small], capabilities=capabilities([small]))
     t_load, trace = timed(lambda: traceadvisor.load_file(path))
     rows: list[dict[str, Any]] = []
     if summary:
         t, _ = timed(lambda: summarize(trace))
         rows.append({"label": "summary (shared views)", "first": t, "again": None, "findings": None})
-    caps = trace_capabilities(trace)
+    caps = capabilities([trace])[0]
     runnable = []
     for rule in rules:
         label = f"{rule.code} {rule.name}"

@@ -16,10 +16,8 @@ from pathlib import Path
 import pytest
 
 from traceadvisor import Finding, load_file
-from traceadvisor.engine.config import Config
-from traceadvisor.engine.runner import instantiate, run
 from traceadvisor.pipeline import analyze_traces
-from traceadvisor.testing import find_rule
+from traceadvisor.testing import find_rule, run_case
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TRACES = FIXTURES / "traces"
@@ -58,7 +56,7 @@ CLEAN_MAY_BE_HIGH = {"memory-bound"}
 
 @cache
 def _findings(rule: str, trace: str) -> tuple[Finding, ...]:
-    result = run(instantiate([find_rule(rule)], Config()), [load_file(TRACES / f"{trace}.json.gz")])
+    result = run_case(find_rule(rule), {"trace": str(TRACES / f"{trace}.json.gz")})
     assert not result.errors, result.errors
     return tuple(result.findings)
 
@@ -123,4 +121,4 @@ def test_pair_saving_close_to_measured(pair: str) -> None:
 @pytest.mark.parametrize(("rule", "trace"), [(r, t) for r, t, _ in PLANTED], ids=[p[1] for p in PLANTED])
 def test_planted_problem_is_the_top_finding(rule: str, trace: str) -> None:
     report = analyze_traces([load_file(TRACES / f"{trace}.json.gz")])
-    assert report.findings[0]["rule"] == rule, [f["rule"] for f in report.findings[:3]]
+    assert report.findings[0].rule == rule, [f.rule for f in report.findings[:3]]

@@ -1,52 +1,121 @@
-"""Everything a rule file imports besides the top-level names (kept in one place on purpose)."""
+"""The one module a rule file imports: everything a rule needs, and nothing it should not lean on.
 
-from collections.abc import Callable, Sequence
+Built-in rules (``rules/*.py``) import only from here (``tests/test_import_contracts.py`` fails
+on any other ``traceadvisor.*`` import in them), and so can a user's rules: what is exported here
+keeps its name and meaning across releases; the modules behind it may move.
 
-import numpy as np
-import numpy.typing as npt
-import pandas as pd
+- the rule itself: ``Rule`` (``class MyRule(Rule[Options])``), ``Capability``, ``IdleCause``,
+  ``DOC_SECTIONS``;
+- what it reads: ``Trace`` (the data model) and the analyses of a trace, each computed once per
+  trace and shared with the report (``intervals`` is the interval arithmetic on sorted arrays);
+- what it yields: ``Finding``, ``Evidence``, ``Impact``, ``Location``, ``Severity``,
+  ``Thresholds`` (usually through ``self.finding(...)``, ``evidence_from``, ``location_of``);
+- the names in a Kineto trace that rules match on (``BLOCKING_CALLS``, ``GRAPH_LAUNCHES``,
+  ``MULTI_TENSOR_MARKS``) and the profiler's own cost per recorded event.
+"""
 
-from traceadvisor.engine.rule import DOC_SECTIONS, Capability, Rule, evidence_from, location_of
+from traceadvisor.analyses.idle import (
+    GRAPH_LAUNCHES,
+    MULTI_TENSOR_MARKS,
+    PROFILER_EVENT_COST_NS,
+    IdleCause,
+    idle_attribution,
+    recoverable_ns,
+)
+from traceadvisor.engine.rule import (
+    DOC_SECTIONS,
+    Capability,
+    NoOptions,
+    Rule,
+    evidence_from,
+    location_of,
+    trace_capabilities,
+)
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
+from traceadvisor.roofline.models import op_work
+from traceadvisor.roofline.view import LATENCY_FLOOR_NS, MAX_INPUT_LINKS
+from traceadvisor.roofline.view import of as roofline_of
+from traceadvisor.rule_helpers import (
+    PROFILER_EVENT_US,
+    ClaimedIdle,
+    at_source,
+    busy_in_windows,
+    category_mask,
+    distinct_signatures,
+    event_location,
+    evidence_of,
+    fmt_ms,
+    fmt_us,
+    idle_of,
+    in_steps,
+    launch_location,
+    names_at,
+    op_location,
+    pct,
+    plural,
+    recoverable_per_gap,
+    share_of_steps,
+    signature_codes,
+    step_positions,
+    steps_on_gpu,
+    us,
+    worth_reporting,
+)
+from traceadvisor.trace import intervals
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
+from traceadvisor.trace.model import Trace
 
 __all__ = [
     "BLOCKING_CALLS",
     "DOC_SECTIONS",
+    "GRAPH_LAUNCHES",
+    "LATENCY_FLOOR_NS",
+    "MAX_INPUT_LINKS",
+    "MULTI_TENSOR_MARKS",
+    "PROFILER_EVENT_COST_NS",
+    "PROFILER_EVENT_US",
     "Capability",
+    "ClaimedIdle",
     "Evidence",
     "Finding",
+    "IdleCause",
     "Impact",
     "Location",
+    "NoOptions",
     "Rule",
     "Severity",
     "Thresholds",
+    "Trace",
+    "at_source",
+    "busy_in_windows",
     "category_mask",
+    "distinct_signatures",
+    "event_location",
     "evidence_from",
+    "evidence_of",
+    "fmt_ms",
+    "fmt_us",
+    "idle_attribution",
+    "idle_of",
+    "in_steps",
+    "intervals",
+    "launch_location",
     "location_of",
+    "names_at",
+    "op_location",
+    "op_work",
     "parse_raw",
+    "pct",
+    "plural",
+    "recoverable_ns",
+    "recoverable_per_gap",
+    "roofline_of",
+    "share_of_steps",
     "signature_codes",
+    "step_positions",
+    "steps_on_gpu",
+    "trace_capabilities",
+    "us",
+    "worth_reporting",
 ]
-
-
-def category_mask(names: pd.Series, hit: Callable[[pd.Series], pd.Series]) -> npt.NDArray[np.bool_]:
-    """``hit`` (a test on a string Series) applied to a name column. On a categorical column it is
-    evaluated once per distinct name, then spread to the rows (kernel names are long templates: a
-    regex per row costs seconds on a large trace); rows without a name are ``False``. Any other
-    column is tested row by row, as strings."""
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        return np.asarray(hit(names.astype(str)), dtype=bool)
-    cats = pd.Series(names.cat.categories.astype(str))
-    per_cat = np.append(np.asarray(hit(cats), dtype=bool), False)  # code -1 (no name) → the last slot
-    return np.asarray(per_cat[names.cat.codes.to_numpy()], dtype=bool)
-
-
-def signature_codes(host: pd.DataFrame, pos: npt.NDArray[np.intp], cols: Sequence[str]) -> npt.NDArray[np.intp]:
-    """For host rows at positions ``pos``: the index of each row's distinct (name, *cols) signature,
-    numbered in order of first appearance."""
-    parts = [host["name"].cat.codes.to_numpy()[pos].astype(np.int64)]
-    for col in cols:
-        parts.append(pd.factorize(host[col].to_numpy()[pos], use_na_sentinel=False)[0].astype(np.int64))
-    key = pd.MultiIndex.from_arrays(parts)
-    return np.asarray(pd.factorize(key)[0], dtype=np.intp)

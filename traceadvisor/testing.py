@@ -26,6 +26,23 @@ Compact categories: ``op`` (cpu_op), ``annotation`` (user_annotation), ``frame``
 ``grid``/``block``, ``bytes``, ``seq`` (sequence number), ``args`` (extra raw args). The cases are
 expanded into real Kineto JSON and loaded by the production loader, so rules are tested on exactly
 what they will read.
+
+Several events inside one step (a storm of small kernels, a per-parameter optimizer loop) are a
+*block*: an entry of ``events`` with ``each`` and its own ``events``, copied ``count`` times,
+``period_us`` apart::
+
+        events:
+          - each: {count: 100, period_us: 9.5}
+            events:
+              - {cat: launch, name: cudaLaunchKernel, ts: 5.5, dur: 8, corr: 1, ext: 1}
+              - {cat: kernel, name: tiny, ts: 12.5, dur: 2, corr: 1, ext: 1}
+
+Copy ``k`` (from 0) shifts ``ts`` by ``k * period_us`` and adds ``k * N`` to every ``corr`` and
+``ext``, where N is the largest id in the block, so the copies' ids are ``1..count*N``, distinct.
+Keep them under 100,000 (``repeat`` adds multiples of 100,000 to the ids of each copy of the case).
+
+Every key is checked: a key not listed here (``mesage_contains``) is an error naming it and the
+keys allowed there, so a misspelt expectation cannot pass by being ignored.
 """
 
 from __future__ import annotations
@@ -40,10 +57,12 @@ from typing import Any
 
 import yaml
 
-from traceadvisor.engine.config import Config
+from traceadvisor.config import Config
+from traceadvisor.engine import claimed_by
 from traceadvisor.engine.registry import RuleSource, discover
-from traceadvisor.engine.rule import Rule
+from traceadvisor.engine.rule import AnyRule
 from traceadvisor.engine.runner import RunResult, instantiate, run
+from traceadvisor.pipeline import capabilities
 from traceadvisor.trace.load import load_file
 
 HOST_PID = 100
@@ -62,6 +81,35 @@ _CATS = {
     "memory": "cpu_instant_event",
 }
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"}
+_KERNEL_ARGS = ("registers per thread", "shared memory", "blocks per SM", "est. achieved occupancy %")
+# The keys each part of a case may hold (``check_keys``): anything else is a typo to report.
+FILE_KEYS = frozenset({"rule", "options", "cases"})
+CASE_KEYS = frozenset({"steps", "gpu_steps", "device", "flags", "repeat", "events", "expect", "trace", "options"})
+EVENT_KEYS = frozenset(
+    {"cat", "name", "ts", "dur", "tid", "stream", "device", "corr", "ext", "dims", "types", "concrete", "grid"}
+    | {"block", "bytes", "seq", "parent", "allocated", "reserved", "args", *_KERNEL_ARGS}
+)
+BLOCK_KEYS = frozenset({"each", "events"})
+REPEAT_KEYS = frozenset({"count", "period_us"})
+EXPECT_KEYS = frozenset(
+    {"severity", "message_contains", "recommendation_contains", "impact_min_us", "impact_max_us"}
+    | {"location_line", "evidence_names", "data"}
+)
+_ID_STRIDE = 100_000  # ids added per copy of a repeated case
+
+
+class CaseError(ValueError):
+    """A case file or case that does not follow the format (an unknown key, a malformed block)."""
+
+
+def check_keys(value: object, allowed: frozenset[str], where: str) -> dict[str, Any]:
+    """``value`` as a mapping whose keys are all in ``allowed``; else ``CaseError`` naming the key."""
+    if not isinstance(value, dict):
+        raise CaseError(f"{where}: expected a mapping, got {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise CaseError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+    return value
 
 
 def expand_event(ev: dict[str, Any], py_ids: list[int]) -> dict[str, Any]:
@@ -89,7 +137,7 @@ def expand_event(ev: dict[str, Any], py_ids: list[int]) -> dict[str, Any]:
     if cat == "kernel":
         args["grid"] = ev.get("grid", [1, 1, 1])
         args["block"] = ev.get("block", [128, 1, 1])
-        for key in ("registers per thread", "shared memory", "blocks per SM", "est. achieved occupancy %"):
+        for key in _KERNEL_ARGS:
             if key in ev:
                 args[key] = ev[key]
     if "bytes" in ev:
@@ -124,10 +172,12 @@ def expand_event(ev: dict[str, Any], py_ids: list[int]) -> dict[str, Any]:
     return out
 
 
-def expand_case(case: dict[str, Any]) -> dict[str, Any]:
-    """A compact case to a Kineto trace document."""
-    repeat = case.get("repeat") or {"count": 1, "period_us": 0}
+def expand_case(case: dict[str, Any], where: str = "case") -> dict[str, Any]:
+    """A compact case to a Kineto trace document (``CaseError`` on a key the format lacks)."""
+    check_keys(case, CASE_KEYS, where)
+    repeat = check_keys(case.get("repeat") or {"count": 1, "period_us": 0}, REPEAT_KEYS, f"{where}: repeat")
     count, period = int(repeat.get("count", 1)), float(repeat.get("period_us", 0))
+    body = flatten_events(case.get("events", []), f"{where}: events")
     events: list[dict[str, Any]] = []
     py_ids: list[int] = []
     step_no = 0
@@ -140,14 +190,8 @@ def expand_case(case: dict[str, Any]) -> dict[str, Any]:
                 gpu = {"cat": "gpu_annotation", "name": step["name"], "ts": ts + shift, "dur": dur}
                 events.append(expand_event(gpu, py_ids))
         step_no += len(case.get("steps", []))
-        for ev in case.get("events", []):
-            e = copy.deepcopy(ev)
-            e["ts"] = e.get("ts", 0) + shift
-            if k and "corr" in e:
-                e["corr"] = e["corr"] + k * 100_000
-            if k and "ext" in e:
-                e["ext"] = e["ext"] + k * 100_000
-            events.append(expand_event(e, py_ids))
+        for ev in body:
+            events.append(expand_event(_shifted(ev, shift, k * _ID_STRIDE), py_ids))
     doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
     if "device" in case:
         dev = {"id": 0, **case["device"]}
@@ -158,6 +202,33 @@ def expand_case(case: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def flatten_events(entries: list[Any], where: str) -> list[dict[str, Any]]:
+    """The case's events with every block (``each`` + ``events``) copied out, in order."""
+    out: list[dict[str, Any]] = []
+    for i, entry in enumerate(entries):
+        here = f"{where}[{i}]"
+        if isinstance(entry, dict) and "each" in entry:
+            check_keys(entry, BLOCK_KEYS, here)
+            each = check_keys(entry["each"], REPEAT_KEYS, f"{here}: each")
+            inner = flatten_events(entry.get("events") or [], f"{here}: events")
+            stride = max((int(e[k]) for e in inner for k in ("corr", "ext") if k in e), default=0)
+            for k in range(int(each.get("count", 1))):
+                out.extend(_shifted(e, k * float(each.get("period_us", 0)), k * stride) for e in inner)
+        else:
+            out.append(copy.deepcopy(check_keys(entry, EVENT_KEYS, here)))
+    return out
+
+
+def _shifted(ev: dict[str, Any], dt_us: float, id_offset: int) -> dict[str, Any]:
+    """A copy of ``ev`` ``dt_us`` later, its correlation and External ids ``id_offset`` higher."""
+    e = copy.deepcopy(ev)
+    e["ts"] = e.get("ts", 0) + dt_us
+    for key in ("corr", "ext"):
+        if id_offset and key in e:
+            e[key] = e[key] + id_offset
+    return e
+
+
 def write_case_trace(case: dict[str, Any], folder: Path, name: str = "case") -> Path:
     """Expand a case and write it as ``.json.gz`` into ``folder``."""
     path = folder / f"{name}.json.gz"
@@ -166,7 +237,7 @@ def write_case_trace(case: dict[str, Any], folder: Path, name: str = "case") -> 
     return path
 
 
-def find_rule(key: str, rules_dirs: list[Path] | None = None) -> type[Rule]:
+def find_rule(key: str, rules_dirs: list[Path] | None = None) -> type[AnyRule]:
     """A discovered rule by code or name."""
     sources: list[RuleSource] = discover(rules_dirs)
     for s in sources:
@@ -175,15 +246,22 @@ def find_rule(key: str, rules_dirs: list[Path] | None = None) -> type[Rule]:
     raise KeyError(f"no rule {key!r}")
 
 
-def run_case(rule_cls: type[Rule], case: dict[str, Any], options: dict[str, Any] | None = None) -> RunResult:
+def run_case(rule_cls: type[AnyRule], case: dict[str, Any], options: dict[str, Any] | None = None) -> RunResult:
     """Run one rule alone on one case, through the real loader and runner."""
     trace_path = case.get("trace")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(trace_path) if trace_path else write_case_trace(case, Path(tmp))
         trace = load_file(path)
         config = Config(rule_options={rule_cls.code: {**(options or {}), **case.get("options", {})}})
-        rules = instantiate([rule_cls], config)
-        return run(rules, [trace])
+        rules = instantiate([rule_cls], config, _claims_with(rule_cls))
+        return run(rules, [trace], capabilities=capabilities([trace]))
+
+
+def _claims_with(rule_cls: type[AnyRule]) -> dict[str, str | None]:
+    """The idle causes' claimants among the built-in rules and ``rule_cls`` (in place of a built-in
+    rule of its code), as a run that loaded them would see them."""
+    others = [s.cls for s in discover(include_entry_points=False) if s.cls.code != rule_cls.code]
+    return claimed_by([*others, rule_cls])
 
 
 @dataclass
@@ -198,18 +276,26 @@ class CaseFile:
 
 def load_case_file(path: Path) -> CaseFile:
     """Read ``fixtures/rules/<CODE>.yaml``; relative ``trace:`` paths resolve from the file."""
-    doc = yaml.safe_load(path.read_text())
+    doc = check_keys(yaml.safe_load(path.read_text()), FILE_KEYS, str(path))
     cases = doc.get("cases") or {}
-    for case in cases.values():
+    for name, case in cases.items():
+        check_keys(case, CASE_KEYS, f"{path}: case {name}")
+        for i, want in enumerate(case.get("expect") if isinstance(case.get("expect"), list) else []):
+            check_keys(want, EXPECT_KEYS, f"{path}: case {name}: expect[{i}]")
         if "trace" in case:
             case["trace"] = str((path.parent / case["trace"]).resolve())
     return CaseFile(path=path, rule=str(doc["rule"]), options=doc.get("options") or {}, cases=cases)
 
 
-def check_case(rule_cls: type[Rule], case: dict[str, Any], options: dict[str, Any] | None = None) -> RunResult:
+def check_case(rule_cls: type[AnyRule], case: dict[str, Any], options: dict[str, Any] | None = None) -> RunResult:
     """Run a case and assert its ``expect``; return the result for further checks."""
-    result = run_case(rule_cls, case, options)
     expect = case.get("expect", [])
+    if expect != "skipped":
+        if not isinstance(expect, list):
+            raise CaseError(f"expect: a list of findings, [] or 'skipped', not {expect!r}")
+        for i, want in enumerate(expect):
+            check_keys(want, EXPECT_KEYS, f"expect[{i}]")
+    result = run_case(rule_cls, case, options)
     assert not result.errors, f"rule raised: {result.errors}"
     if expect == "skipped":
         assert result.skipped, "rule was expected to be skipped"

@@ -29,7 +29,7 @@ from traceadvisor.advisor.backend import Backend, Outcome, ProcessBackend, Threa
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import TensorBoardSink, log_report
 from traceadvisor.capture.export import export_chrome_json
-from traceadvisor.engine.config import Config
+from traceadvisor.config import Config
 from traceadvisor.report.finding import Severity
 
 logger = logging.getLogger("traceadvisor")
@@ -494,7 +494,7 @@ def build_config(
     rules_dir: str | Path | Sequence[str | Path] | None,
 ) -> Config:
     """The run's configuration, merged as ``analyze`` merges its options, and checked now."""
-    from traceadvisor.engine.config import resolve_config
+    from traceadvisor.config import resolve_config
     from traceadvisor.engine.registry import discover
     from traceadvisor.engine.runner import instantiate
     from traceadvisor.engine.runner import select as select_rules

@@ -2,21 +2,27 @@
 
 A rule's docstring has fixed sections (``## Why it matters``, ``## How it shows up in a trace``,
 ``## How to fix``, ``## Options``, ``## References``); ``explain`` renders it and the catalog test
-checks it. Options are a frozen dataclass named ``Options`` in the rule's module (or none).
+checks it. Options are a frozen dataclass bound by the class line: ``class MyRule(Rule[Options])``
+(``Rule`` alone: no options). The binding is read once, when the class is created, so a rule whose
+module defines ``Options`` but does not bind it is refused when it is loaded (``registry.py``), not
+when its first finding would read a missing option.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
 import numpy as np
 import pandas as pd
 
+from traceadvisor.analyses.idle import IdleCause
+from traceadvisor.engine import claimed_by as engine_claimed_by
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
-from traceadvisor.roofline.peaks import NO_PEAKS_HELP
+from traceadvisor.trace.device import NO_PEAKS_HELP
 from traceadvisor.trace.model import Trace
 
 DOC_SECTIONS = ("Why it matters", "How it shows up in a trace", "How to fix", "Options", "References")
@@ -47,8 +53,10 @@ class Capability(StrEnum):
         }[self.value]
 
 
-def trace_capabilities(trace: Trace, rank_count: int = 1) -> set[Capability]:
-    """The capabilities a loaded trace offers."""
+def trace_capabilities(trace: Trace, rank_count: int = 1, has_peaks: bool = False) -> set[Capability]:
+    """The capabilities a loaded trace offers. ``has_peaks``: the roofline knows the GPU's peaks
+    (the pipeline asks ``traceadvisor.roofline.of(trace).peaks``; the engine does not import the
+    roofline, so that a rule's capabilities never depend on how peaks are resolved)."""
     caps: set[Capability] = set()
     if len(trace.gpu):
         caps.add(Capability.gpu)
@@ -62,7 +70,7 @@ def trace_capabilities(trace: Trace, rank_count: int = 1) -> set[Capability]:
         caps.add(Capability.memory)
     if rank_count > 1:
         caps.add(Capability.multi_rank)
-    if Capability.gpu in caps and trace.roofline.peaks is not None:
+    if Capability.gpu in caps and has_peaks:
         caps.add(Capability.peaks)
     return caps
 
@@ -72,24 +80,55 @@ class NoOptions:
     """A rule without options."""
 
 
-class Rule:
-    """Base class of every rule (built-in or user). Subclass it once per rule file."""
+O = TypeVar("O")  # noqa: E741 (the options type; "O" reads as in Rule[Options])
+
+
+class Rule(Generic[O]):
+    """Base class of every rule (built-in or user). Subclass it once per rule file:
+    ``class MyRule(Rule[Options])`` binds the module's ``Options`` dataclass (``self.options`` is
+    then typed ``Options``); ``class MyRule(Rule)`` has no options."""
 
     code: ClassVar[str] = ""
     name: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.medium
     requires: ClassVar[frozenset[Capability]] = frozenset()
-    Options: ClassVar[type] = NoOptions
+    # The idle causes (analyses/idle.py) whose time this rule reports: each cause has at most one
+    # claiming rule among those loaded, so no idle nanosecond is reported twice; the report's idle
+    # section names the claimant (``engine.claimed_by``).
+    claims: ClassVar[AbstractSet[IdleCause]] = frozenset()
+    Options: ClassVar[type[Any]] = NoOptions
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        bound = _bound_options(cls)
+        if bound is None:
+            return
+        declared = cls.__dict__.get("Options")
+        if declared is not None and declared is not bound:
+            raise TypeError(f"{cls.__name__}: Options = {declared.__name__} disagrees with Rule[{bound.__name__}]")
+        if not (isinstance(bound, type) and dataclasses.is_dataclass(bound)):
+            raise TypeError(f"{cls.__name__}: Rule[{getattr(bound, '__name__', bound)!s}] must bind a dataclass")
+        cls.Options = bound
 
     def __init__(
-        self, options: Any = None, thresholds: Thresholds | None = None, severity_override: Severity | None = None
+        self,
+        options: O | None = None,
+        thresholds: Thresholds | None = None,
+        severity_override: Severity | None = None,
+        claimed_by: Mapping[str, str | None] | None = None,
     ) -> None:
-        self.options = options if options is not None else self.Options()
+        self.options: O = options if options is not None else cast(O, type(self).Options())
         self.thresholds = thresholds or Thresholds()
         self.severity_override = severity_override
+        # Idle cause → the loaded rule that claims it (``engine.claimed_by``), for a rule that
+        # names the owner of idle time it does not report itself; the engine passes the map of
+        # every loaded rule, this rule alone knows only its own claims.
+        self.claimed_by: Mapping[str, str | None] = (
+            dict(claimed_by) if claimed_by is not None else engine_claimed_by([type(self)])
+        )
 
     @classmethod
-    def make_options(cls, values: Mapping[str, Any]) -> Any:
+    def make_options(cls, values: Mapping[str, Any]) -> O:
         """Build the Options dataclass from configuration values, checking names and types."""
         fields = {f.name: f for f in dataclasses.fields(cls.Options)}
         unknown = sorted(set(values) - set(fields))
@@ -105,7 +144,7 @@ class Rule:
                     raise ValueError(f"rule {cls.name}: option {k} must be a number")
                 v = type(default)(v)
             clean[k] = v
-        return cls.Options(**clean)
+        return cast(O, cls.Options(**clean))
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         """Yield findings for one trace."""
@@ -147,6 +186,18 @@ class Rule:
             trace=trace.path,
             data=dict(data or {}),
         )
+
+
+AnyRule = Rule[Any]  # a rule of any options type (what the engine handles)
+
+
+def _bound_options(cls: type) -> Any:
+    """The argument of ``Rule[...]`` among the class's own bases (``None``: not given here)."""
+    for base in getattr(cls, "__orig_bases__", ()):
+        if get_origin(base) is Rule:
+            (arg,) = get_args(base)
+            return None if isinstance(arg, TypeVar) else arg
+    return None
 
 
 def evidence_from(

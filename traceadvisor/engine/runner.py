@@ -12,16 +12,16 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, Protocol, cast
 
-from traceadvisor.engine.config import DEFAULT_RULE_TIMEOUT_S, Config
+from traceadvisor.engine import DEFAULT_RULE_TIMEOUT_S, claimed_by
 from traceadvisor.engine.isolation import Interrupter, RuleInterrupted, read_only, stdout_to_stderr
 from traceadvisor.engine.registry import RuleSource
-from traceadvisor.engine.rule import Capability, Rule, trace_capabilities
+from traceadvisor.engine.rule import AnyRule, Capability
 from traceadvisor.errors import Cancelled, UsageError, raise_if_cancelled
-from traceadvisor.report.finding import Finding, problem_with
+from traceadvisor.report.finding import Finding, Severity, Thresholds, problem_with
 from traceadvisor.trace.model import Trace
 
 
@@ -34,12 +34,28 @@ class RunResult:
     errors: list[dict[str, str]] = field(default_factory=list)
 
 
-def matches(cls: type[Rule], selector: str) -> bool:
+class RuleChoice(Protocol):
+    """What ``select`` and ``instantiate`` read of a run's configuration: ``traceadvisor.config.Config``
+    has these fields (the engine sits below the configuration file's module and does not import it)."""
+
+    @property
+    def select(self) -> Sequence[str]: ...
+    @property
+    def ignore(self) -> Sequence[str]: ...
+    @property
+    def rule_options(self) -> Mapping[str, Mapping[str, Any]]: ...
+    @property
+    def severity(self) -> Mapping[str, Severity]: ...
+    @property
+    def thresholds(self) -> Thresholds: ...
+
+
+def matches(cls: type[AnyRule], selector: str) -> bool:
     """A selector is a code (``GK101``), a code prefix (``GK``, ``GK1``), a name, or ``ALL``."""
     return selector == "ALL" or selector == cls.name or cls.code.startswith(selector)
 
 
-def select(sources: Sequence[RuleSource], config: Config) -> list[type[Rule]]:
+def select(sources: Sequence[RuleSource], config: RuleChoice) -> list[type[AnyRule]]:
     """The rules a run uses: ``select`` (default all) minus ``ignore``; unknown selectors are errors."""
     classes = [s.cls for s in sources]
     for sel in [*config.select, *config.ignore]:
@@ -49,8 +65,13 @@ def select(sources: Sequence[RuleSource], config: Config) -> list[type[Rule]]:
     return [c for c in chosen if not any(matches(c, s) for s in config.ignore)]
 
 
-def instantiate(classes: Sequence[type[Rule]], config: Config) -> list[Rule]:
-    """Rules with their configured options and severity overrides."""
+def instantiate(
+    classes: Sequence[type[AnyRule]], config: RuleChoice, claims: Mapping[str, str | None] | None = None
+) -> list[AnyRule]:
+    """Rules with their configured options and severity overrides. ``claims``: the idle causes'
+    claimants among all loaded rules (``registry.claims_of(discover(...))``), before selection;
+    default: among ``classes``."""
+    owners = dict(claims) if claims is not None else claimed_by(classes)
     known = {k for c in classes for k in (c.code, c.name)}
     for key in [*config.rule_options, *config.severity]:
         if key not in known and not any(key in (c.code, c.name) for c in classes):
@@ -63,24 +84,28 @@ def instantiate(classes: Sequence[type[Rule]], config: Config) -> list[Rule]:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         override = config.severity.get(cls.code) or config.severity.get(cls.name)
-        rules.append(cls(options, config.thresholds, override))
+        rules.append(cls(options, config.thresholds, override, owners))
     return rules
 
 
 def run(
-    rules: Sequence[Rule],
+    rules: Sequence[AnyRule],
     traces: Sequence[Trace],
     *,
+    capabilities: Sequence[set[Capability]],
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
     cancel: threading.Event | None = None,
 ) -> RunResult:
-    """Run every rule on every trace; a rule that fails, or runs past ``rule_timeout_s`` seconds
+    """Run every rule on every trace; ``capabilities[i]`` is what ``traces[i]`` offers
+    (``rule.trace_capabilities``, computed by the caller, which knows the roofline's peaks). A rule
+    whose ``requires`` it lacks is skipped with the reason. A rule that fails, or runs past ``rule_timeout_s`` seconds
     (``None``: no limit), becomes an error record. ``cancel`` set (by another thread) raises
     ``Cancelled`` before the next rule, or in the current one as its time limit would."""
+    if len(capabilities) != len(traces):
+        raise ValueError(f"{len(traces)} traces but {len(capabilities)} capability sets")
     result = RunResult()
     with Interrupter(cancel) as stop, stdout_to_stderr():
-        for trace in traces:
-            caps = trace_capabilities(trace, rank_count=len(traces))
+        for trace, caps in zip(traces, capabilities, strict=True):
             for rule in rules:
                 raise_if_cancelled(cancel)
                 missing = sorted((c for c in type(rule).requires if c not in caps), key=lambda c: c.value)
@@ -97,7 +122,7 @@ def run(
     return result
 
 
-def run_rule(rule: Rule, trace: Trace, stop: Interrupter, limit_s: float | None) -> tuple[list[Finding], str | None]:
+def run_rule(rule: AnyRule, trace: Trace, stop: Interrupter, limit_s: float | None) -> tuple[list[Finding], str | None]:
     """One rule's findings on one trace, or none and what went wrong. The generator is consumed,
     and each finding checked, inside the guard: a rule's code runs lazily, between yields."""
     view = cast(Trace, read_only(trace))
@@ -137,14 +162,14 @@ def _checked(obj: object) -> Finding:
     return obj
 
 
-def _describe(exc: BaseException, rule: Rule) -> str:
+def _describe(exc: BaseException, rule: AnyRule) -> str:
     if isinstance(exc, InvalidFinding):
         return f"invalid finding: {exc}"
     text = str(exc)
     return f"{type(exc).__name__}{': ' + text if text else ''}{_where(exc, rule)}"
 
 
-def _where(exc: BaseException, rule: Rule) -> str:
+def _where(exc: BaseException, rule: AnyRule) -> str:
     """`` (file:line)`` of the innermost frame in the rule's own file, else of the innermost frame
     outside the isolation machinery (a signal handler is the last frame of a timeout)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith("isolation.py")]

@@ -5,7 +5,7 @@ code-or-name → low/medium/high), ``thresholds`` (``high_pct``, ``medium_pct``)
 of folders), ``rule-timeout`` (seconds one rule may run on one trace; default 60), one table per
 rule (by name or code) with its options, e.g. ``[tool.traceadvisor.rules.idle-gap] min_gap_us = 50``,
 and ``[tool.traceadvisor.gpu]``: the GPU peaks of the roofline (a GPU of the table, a measured
-device profile, or figures; see ``traceadvisor/roofline/peaks.py``).
+device profile, or figures; see ``traceadvisor/trace/device.py``).
 
 Which file applies (``resolve_config``, the one function the command line, ``Advisor``/``profile``
 and capture's post-run analysis use):
@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traceadvisor.engine import DEFAULT_RULE_TIMEOUT_S
 from traceadvisor.errors import UsageError
 from traceadvisor.report.finding import Severity, Thresholds
-from traceadvisor.roofline.peaks import GpuConfig, parse_gpu_table
+from traceadvisor.roofline.peaks import parse_gpu_table
+from traceadvisor.trace.device import GpuConfig
 
 CONFIG_ENV = "TRACEADVISOR_CONFIG"
 TRUST_ENV = "TRACEADVISOR_TRUST_CONFIG"
@@ -47,9 +49,6 @@ CONFIG_NAMES = ("traceadvisor.toml", "pyproject.toml")
 # A configuration is a few hundred bytes; the cap keeps ``--config /dev/zero``-like mistakes (or a
 # multi-gigabyte file) from being read into memory before TOML says no.
 MAX_CONFIG_BYTES = 1 << 20
-# Seconds one rule may run on one trace (``rule-timeout``) before it is stopped and reported as an
-# error: the built-in rules take well under a second on a 100 MB trace.
-DEFAULT_RULE_TIMEOUT_S = 60.0
 
 
 @dataclass
