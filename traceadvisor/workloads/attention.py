@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
 from traceadvisor.workloads import harness
@@ -38,8 +39,10 @@ def parser(name: str, doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def make_layer(d_model: int, heads: int, impl: str, causal: bool) -> Any:
-    """The attention layer as an ``nn.Module`` (torch is imported here, not at module import)."""
+def make_layer(d_model: int, heads: int, impl: str, causal: bool, flash: Callable[..., Any] | None = None) -> Any:
+    """The attention layer as an ``nn.Module`` (torch is imported here, not at module import).
+    ``flash``: the core of ``impl == "flash"``, given by ``attention_flash`` (which imports this
+    module: importing it back from here would make the two a cycle)."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -74,10 +77,10 @@ def make_layer(d_model: int, heads: int, impl: str, causal: bool) -> Any:
             if impl == "sdpa":
                 with record_function("scaled_dot_product_attention"):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            from traceadvisor.workloads.attention_flash import flash_attention
-
+            if flash is None:
+                raise ValueError(f"attention implementation {impl!r} needs its core function")
             with record_function("flash_attention"):
-                return flash_attention(q, k, v, causal=causal)
+                return flash(q, k, v, causal=causal)
 
         def forward(self, x: Any) -> Any:
             b, n, d = x.shape
@@ -102,7 +105,7 @@ def reference(q: Any, k: Any, v: Any, causal: bool) -> Any:
     return scores.softmax(dim=-1) @ v
 
 
-def build(args: argparse.Namespace, impl: str) -> harness.Step:
+def build(args: argparse.Namespace, impl: str, flash: Callable[..., Any] | None = None) -> harness.Step:
     """Make the layer and its input, check the attention core against ``reference``, return one forward."""
     import torch
 
@@ -115,7 +118,7 @@ def build(args: argparse.Namespace, impl: str) -> harness.Step:
     heads = harness.pick(dev, args.heads, 16, 2)
     head_dim = harness.pick(dev, args.head_dim, 64, 16)
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
-    layer = make_layer(heads * head_dim, heads, impl, args.causal).to(device=dev, dtype=dtype).eval()
+    layer = make_layer(heads * head_dim, heads, impl, args.causal, flash).to(device=dev, dtype=dtype).eval()
     x = torch.randn(batch, seq, heads * head_dim, device=dev, dtype=dtype)
     with torch.inference_mode():
         q, k, v = layer.project(x)

@@ -164,7 +164,7 @@ def flash_attention(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
 
 def build(args: argparse.Namespace) -> harness.Step:
     """The attention layer with the Triton flash kernel as its core (see ``attention.build``)."""
-    return attention.build(args, "flash")
+    return attention.build(args, "flash", flash_attention)
 
 
 def main(argv: list[str]) -> None:
