@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from traceadvisor.trace.schema import NULL, Args, Event
+from traceadvisor.trace.tables import column_names, object_columns
 
 if TYPE_CHECKING:  # pandas is imported when the tables are built: the decoding needs numpy only
     import pandas as pd
@@ -428,20 +429,23 @@ class ColumnSink:
         store = self.parts.get(family)
         if not store:
             return pd.DataFrame()
-        raw_json = ("input_dims", "input_types", "concrete_inputs")  # host columns (_raw, native kind "R")
+        objects = object_columns(family)
         data: dict[str, Any] = {}
         for k, chunks in store.items():
             arr = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
             if k == "name":
                 data[k] = self.interner(family).categorical(arr)
-            elif k in raw_json:
-                # Raw JSON bytes or None, never str: typed as object up front, or pandas would scan
-                # every row to infer a type (a third of building the host table) and keep object.
+            elif k in objects:
+                # Text (str or None) and raw JSON (bytes or None) are object, as tables.py declares:
+                # typed up front, or pandas scans every row to infer a type (a third of building the
+                # host table), and pandas 3 infers its ``str`` dtype for text where pandas 2 keeps object.
                 data[k] = pd.Series(arr, dtype=object, copy=False)
             else:
                 data[k] = arr
         store.clear()
         bad = self._check_times(family, data)
+        if list(data) != column_names(family):  # a builder out of step with tables.py: a bug, not bad input
+            raise RuntimeError(f"{family} table built with columns {list(data)}, schema {column_names(family)}")
         df = pd.DataFrame(data, copy=False)
         if not bad.any() and family != "collectives":
             return df  # already labelled 0..n-1

@@ -55,6 +55,8 @@ SPLIT_MIN_BYTES = 8 << 20
 # next to nothing to the peak memory, whatever its size (issue 2: at most twice the JSON's).
 SLICE_BYTES = 1 << 20
 _HEAD_BLOCK = 1 << 20
+# The C decoder's kind letters (tables.NATIVE_KIND) of the columns it exports as numbers; "R" and "S" are
+# bytes, converted by _state.
 _DTYPES = {"q": np.int64, "d": np.float64, "i": np.int32, "b": np.int8, "?": np.bool_}
 _events_decoder = msgspec.json.Decoder(EVENT_LIST)
 _string_decoder = msgspec.json.Decoder(str)
