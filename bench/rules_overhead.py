@@ -115,6 +115,7 @@ def end_to_end(path: Path, repeat: int) -> dict[str, list[float]]:
 def breakdown(path: Path) -> list[tuple[str, float]]:
     """Seconds of the summary, of the shared idle attribution, and of each rule's ``check`` alone."""
     import traceadvisor
+    from traceadvisor.analyses.idle import idle_attribution
     from traceadvisor.config import Config
     from traceadvisor.engine.registry import discover
     from traceadvisor.engine.runner import instantiate, select
@@ -127,7 +128,7 @@ def breakdown(path: Path) -> list[tuple[str, float]]:
     trace = traceadvisor.load_file(path)
     rows.append(("summary (with the shared views)", timed(lambda: summarize(trace))[0]))
     fresh = traceadvisor.load_file(path)
-    rows.insert(1, ("  of which idle attribution", timed(lambda: fresh.idle_attribution)[0]))
+    rows.insert(1, ("  of which idle attribution", timed(lambda: idle_attribution(fresh))[0]))
     caps = capabilities([trace])[0]
     for rule in rules:  # on the summarised trace: each rule pays only for what it alone computes
         label = f"{rule.code} {rule.name}"

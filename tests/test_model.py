@@ -14,7 +14,8 @@ import pytest
 from fixture_paths import HTA, TRACELENS
 
 from traceadvisor import load, load_file
-from traceadvisor.analyses import idle
+from traceadvisor.analyses import graph, idle
+from traceadvisor.engine.registry import claims_of, discover
 from traceadvisor.report.summary import summarize
 from traceadvisor.trace import intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
@@ -104,12 +105,11 @@ def test_steps_have_cpu_and_gpu_windows(nccl: Trace) -> None:
 
 
 def test_gpu_window_from_launches_when_no_gpu_annotation() -> None:
-    # sampled traces were trimmed by Meta; drop GPU annotations to force the fallback.
+    # sampled traces were trimmed by Meta: no GPU annotations, so no annotation fallback either.
     t = load_file(SAMPLED0)
-    t.gpu_annotations = t.gpu_annotations.iloc[0:0]
+    assert not len(t.gpu_annotations)
     steps = t.steps.table
     assert (steps["gpu_basis"] == "launches").all()
-    t.links  # noqa: B018
     dev = t.device_ids[0]
     for row in steps.itertuples():
         g = t.gpu[(t.gpu["device"] == dev) & (t.gpu["launch"] >= 0)]
@@ -127,13 +127,13 @@ def test_rocm_trace_is_recognised() -> None:
 
 def test_graph_links_and_is_acyclic(nccl: Trace) -> None:
     step = int(nccl.steps.table["step"].iloc[0])
-    cp = nccl.step_critical_path(step)
+    cp = graph.step_critical_path(nccl, step)
     assert cp is not None and cp.nodes
     r = nccl.steps.table.iloc[0]
     # The path ends at the step's last GPU work and its pieces add up to its length.
     assert cp.length_ns == sum(cp.time_by_kind_ns.values())
     assert cp.length_ns <= int(max(r["cpu_end_ns"], r["gpu_end_ns"]) - r["cpu_start_ns"])
-    g = load_file(ALEXNET).graph
+    g = graph.dependency_graph(load_file(ALEXNET))
     assert nx.is_directed_acyclic_graph(g.g)
     kinds = {k for _, _, k in g.g.edges(data="kind")}
     assert {"nesting", "launch", "stream_order", "sync", "host_order"} <= kinds
@@ -147,7 +147,7 @@ def test_graph_launch_of_cuda_graph_has_many_kernels() -> None:
     # Qwen's trace has no graph launches; build one: all GPU work sharing a correlation hangs
     # off one runtime node.
     t = load_file(QWEN)
-    g = t.graph
+    g = graph.dependency_graph(t)
     fan = [g.g.out_degree(n) for n in g.g if n[0] == "runtime"]
     assert max(fan) >= 1
     launches = g.edges_of_kind("launch")
@@ -250,7 +250,7 @@ def _reference_cause(t: Trace, gs: int, ge: int) -> tuple[str, str, int, int, in
 def test_idle_attribution_matches_a_gap_by_gap_reference(name: str) -> None:
     """The vectorised attribution gives every gap the cause the documented rules give it one at a time."""
     t = load_file(FIXTURE_TRACES / f"{name}.json.gz")
-    got = t.idle_attribution
+    got = idle.idle_attribution(t)
     rng = np.random.default_rng(3)
     picks: list[int] = []
     for _, grp in got.groupby("cause"):  # up to 25 gaps of every cause, the longest and a random few
@@ -262,11 +262,17 @@ def test_idle_attribution_matches_a_gap_by_gap_reference(name: str) -> None:
         assert (r["cause"], r["detail"], r["host_row"], r["blocking_row"], r["host_events"]) == want, (name, i)
 
 
+@pytest.fixture(scope="module")
+def builtin_claims() -> dict[str, str | None]:
+    """Idle cause → the built-in rule that claims it, as the engine computes it from the rules' ``claims``."""
+    return claims_of(discover(include_entry_points=False))
+
+
 @pytest.mark.parametrize("name", ATTRIBUTED)
-def test_idle_breakdown_counts_every_idle_ns_once(name: str) -> None:
+def test_idle_breakdown_counts_every_idle_ns_once(name: str, builtin_claims: dict[str, str | None]) -> None:
     t = load_file(FIXTURE_TRACES / f"{name}.json.gz")
     summary = summarize(t)
-    gaps = t.idle_attribution
+    gaps = idle.idle_attribution(t)
     assert set(gaps["cause"]) <= set(idle.CAUSES)
     assert (gaps["end_ns"].to_numpy()[:-1] <= gaps["start_ns"].to_numpy()[1:]).all()  # disjoint, in order
     rows = summary["idle_breakdown"]
@@ -274,15 +280,25 @@ def test_idle_breakdown_counts_every_idle_ns_once(name: str) -> None:
     assert sum(b["gaps"] for b in rows) == len(gaps)
     assert [b["idle_us"] for b in rows] == sorted((b["idle_us"] for b in rows), reverse=True)
     for b in rows:
-        assert b["claimed_by"] == idle.CLAIMED_BY[b["cause"]]
+        assert b["claimed_by"] == builtin_claims[b["cause"]]
         mine = gaps[(gaps["cause"] == b["cause"]) & (gaps["detail"] == b["top_detail"])]
         assert round(b["top_detail_us"] * 1000) == int(mine["dur_ns"].sum())
+
+
+def test_idle_breakdown_names_the_owner_from_the_claim_map_it_is_given() -> None:
+    """The analyses know no rule names: a user rule claiming a cause shows in the breakdown."""
+    gaps = idle.idle_attribution(load_file(FIXTURE_TRACES / "planted_sync_in_loop.json.gz"))
+    mine = {"sync": "my-sync-rule"}
+    rows = {b.cause: b.claimed_by for b in idle.breakdown(gaps, mine)}
+    assert rows["sync"] == "my-sync-rule"
+    assert all(owner is None for cause, owner in rows.items() if cause != "sync")
+    assert not hasattr(idle, "CLAIMED_BY")
 
 
 @pytest.mark.parametrize("name", sorted(p.name.removesuffix(".json.gz") for p in FIXTURE_TRACES.glob("clean_*")))
 def test_clean_traces_idle_only_between_queued_work(name: str) -> None:
     """A well-fed GPU always has its next work queued: no idle is the host's (sync, loader, CPU, launches)."""
-    causes = set(load_file(FIXTURE_TRACES / f"{name}.json.gz").idle_attribution["cause"])
+    causes = set(idle.idle_attribution(load_file(FIXTURE_TRACES / f"{name}.json.gz"))["cause"])
     assert causes <= {"launch_latency", "unknown"}, causes
 
 
@@ -296,7 +312,7 @@ def test_clean_traces_idle_only_between_queued_work(name: str) -> None:
     ],
 )
 def test_planted_problem_gets_its_idle(name: str, cause: str, share: float) -> None:
-    gaps = load_file(FIXTURE_TRACES / f"{name}.json.gz").idle_attribution
+    gaps = idle.idle_attribution(load_file(FIXTURE_TRACES / f"{name}.json.gz"))
     by_cause = gaps.groupby("cause")["dur_ns"].sum()
     assert by_cause[cause] >= share * by_cause.sum(), by_cause.to_dict()
 

@@ -22,14 +22,15 @@ import pytest
 from test_triton_launches import _profile_cpu
 
 import traceadvisor
+from traceadvisor import roofline
 from traceadvisor.analyses import triton_launches
-from traceadvisor.engine.config import load_config
+from traceadvisor.config import load_config
 from traceadvisor.pipeline import analyze_traces
 from traceadvisor.roofline import view
 from traceadvisor.roofline.gpus import lookup
-from traceadvisor.roofline.peaks import GpuConfig
 from traceadvisor.testing import write_case_trace
 from traceadvisor.trace.columns import parse_raw
+from traceadvisor.trace.device import GpuConfig
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "numSms": 132, "totalGlobalMem": 85e9}
 H100_SPEC = lookup("h100-sxm")
@@ -63,9 +64,7 @@ def cpu_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _fresh(path: Path, config: GpuConfig | None = None) -> traceadvisor.Trace:
-    t = traceadvisor.load_file(str(path))
-    t.gpu_config = config
-    return t
+    return traceadvisor.load_file(str(path), gpu=config)
 
 
 def _by_kernel(table: Any, column: str = "kernel") -> dict[str, Any]:
@@ -76,7 +75,7 @@ def _by_kernel(table: Any, column: str = "kernel") -> dict[str, Any]:
 # -- CPU traces: the records, no kernels ---------------------------------------------------------------
 def test_a_cpu_trace_has_no_kernel_rows_but_places_every_record(cpu_path: Path) -> None:
     t = _fresh(cpu_path)
-    r = t.roofline
+    r = roofline.of(t)
     assert r.peaks is None and "deviceProperties" in r.reason  # a CPU trace names no GPU
     assert len(t.kernels) == 0 and len(r.kernels) == 0
     launches = r.launches
@@ -106,7 +105,7 @@ def test_configured_peaks_place_the_records_on_either_side_of_the_ridge(cpu_path
         f"[tool.traceadvisor.gpu.tflops]\ntf32 = {tf32}\nfp16 = {fp16}\n"
     )
     t = _fresh(cpu_path, load_config(cfg_file).gpu)
-    rows = _by_kernel(t.roofline.launches)
+    rows = _by_kernel(roofline.of(t).launches)
     add, mm, sm = rows["add_kernel"], rows["matmul_kernel"], rows["softmax_kernel"]
     # fp32 data: the TF32 rate (tl.dot's default for fp32), the highest the data allows
     assert add["peak_figure"] == "tf32" and add["peak_tflops"] == pytest.approx(tf32)
@@ -121,7 +120,7 @@ def test_configured_peaks_place_the_records_on_either_side_of_the_ridge(cpu_path
 
 def test_on_a_real_gpus_peaks_these_launches_are_too_small_to_reach_a_roof(cpu_path: Path) -> None:
     t = _fresh(cpu_path, GpuConfig(name="h100-sxm", search_profiles=False))
-    rows = _by_kernel(t.roofline.launches)
+    rows = _by_kernel(roofline.of(t).launches)
     bw = H100_SPEC.memory_bandwidth_gbs * 1e9
     assert rows["add_kernel"]["roof_time_ns"] == pytest.approx(ADD_BYTES / bw * 1e9)  # ~11 ns
     fp16 = H100_SPEC.flops["fp16"]
@@ -183,7 +182,7 @@ def test_kernels_under_captured_records_take_their_bytes_and_flops(cpu_path: Pat
     ]
     case = {"steps": [[0, 500]], "device": H100, "flags": ["record_shapes"], "events": events}
     t = traceadvisor.load_file(str(write_case_trace(case, tmp_path)))
-    k = t.roofline.kernels
+    k = roofline.of(t).kernels
     assert len(k) == 4
     rows = _by_kernel(k, "name")
     expected = {
@@ -261,7 +260,7 @@ def _gpu_size_case() -> dict[str, Any]:
 
 def test_records_at_gpu_sizes_are_memory_and_compute_bound(tmp_path: Path) -> None:
     t = traceadvisor.load_file(str(write_case_trace(_gpu_size_case(), tmp_path)))
-    k = t.roofline.kernels.sort_values("ts_ns")
+    k = roofline.of(t).kernels.sort_values("ts_ns")
     assert list(k["name"].astype(str)) == ["add_kernel", "matmul_kernel", "matmul_kernel", "softmax_kernel"]
     add, mm, bare, sm = (k.iloc[i] for i in range(4))
     bw = H100_SPEC.memory_bandwidth_gbs * 1e9
@@ -292,10 +291,11 @@ def test_on_rocm_the_records_grid_counts_the_blocks(tmp_path: Path) -> None:
     events[1]["name"] = "hipModuleLaunchKernel"
     events[1]["cat"] = "launch"
     case = {"steps": [[0, 400]], "flags": ["record_shapes"], "events": events}
-    t = traceadvisor.load_file(str(write_case_trace(case, tmp_path)))
+    t = traceadvisor.load_file(
+        str(write_case_trace(case, tmp_path)), gpu=GpuConfig(name="mi300x", search_profiles=False)
+    )
     assert t.platform == "rocm"
-    t.gpu_config = GpuConfig(name="mi300x", search_profiles=False)
-    r = t.roofline.kernels.iloc[0]
+    r = roofline.of(t).kernels.iloc[0]
     # 8 programs on 304 CUs: most idle, although the roof time (~150 µs) is far above the floor
     assert r["blocks"] == 8 and r["roof_time_ns"] > view.LATENCY_FLOOR_NS and r["bound"] == "latency"
     assert np.isclose(r["roof_time_ns"], 3 * n * 4 / (lookup("mi300x").memory_bandwidth_gbs * 1e9) * 1e9)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traceadvisor import load_file
+from traceadvisor import load_file, roofline
 from traceadvisor.analyses import triton_launches
 
 TRACES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
@@ -44,7 +44,7 @@ def test_triton_kernels_are_tied_to_their_launch_records(workload: str) -> None:
 @pytest.mark.parametrize("workload", sorted(TRITON))
 def test_roofline_uses_the_records_for_triton_kernels(workload: str) -> None:
     kernel, nbytes = TRITON[workload]
-    rows = _trace(workload).roofline.kernels
+    rows = roofline.of(_trace(workload)).kernels
     rows = rows[rows["name"] == kernel]
     assert len(rows) == 3
     # softmax declares no FLOPs: judged against the memory roof only, and the basis says so
@@ -62,7 +62,7 @@ def test_matmul_record_declares_its_flops() -> None:
 
 
 def test_vector_add_is_memory_bound_and_matmul_compute_bound() -> None:
-    add = _trace("vector_add").roofline.kernels
-    mm = _trace("matmul").roofline.kernels
+    add = roofline.of(_trace("vector_add")).kernels
+    mm = roofline.of(_trace("matmul")).kernels
     assert set(add[add["name"] == "add_kernel"]["bound"]) == {"memory"}
     assert set(mm[mm["name"] == "matmul_kernel"]["bound"]) == {"compute"}

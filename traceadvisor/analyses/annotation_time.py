@@ -1,4 +1,5 @@
-"""GPU time per top-level user annotation (``record_function`` labels), and the bottleneck among them.
+"""GPU time per top-level user annotation (``record_function`` labels): numbers only (the report's
+annotations section says which is the bottleneck and what to do about it).
 
 A *top-level* annotation is the outermost user annotation inside a profiler step: ``ProfilerStep#N``
 itself is not one, nor is an annotation that encloses whole steps (a ``record_function("train")``
@@ -22,57 +23,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
 
 I64 = npt.NDArray[np.int64]
 
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
-
-# Advice for component names that say what they compute (the reference workloads' labels and
-# PyTorch's own annotations), first match wins. Why each: attention's score matrix is O(seq²)
-# memory traffic that a fused kernel never writes (FlashAttention, Dao et al. 2022); projections
-# are GEMMs whose speed is the tensor-core rate of their dtype; optimizer and zero_grad advice
-# follows torch.optim's docs (fused/foreach implementations, set_to_none).
-_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"score|softmax|weighted_sum|attn_weight|attention_weight", re.I),
-        "Use scaled_dot_product_attention: one fused kernel that never writes the seq × seq score matrix.",
-    ),
-    (
-        re.compile(r"scaled_dot_product|sdpa|flash_attention|flash_attn", re.I),
-        "Attention already runs fused: only less work (shorter sequences, is_causal=True for causal masks) "
-        "or lower precision makes it faster.",
-    ),
-    (
-        re.compile(r"qkv|proj|linear", re.I),
-        "These are matmuls: run them in bf16/fp16 (autocast) or TF32 so they use tensor cores, "
-        "and compute q, k and v with one matmul.",
-    ),
-    (
-        re.compile(r"^Optimizer\.step#"),
-        "Use a fused optimizer (e.g. AdamW(..., fused=True)) or foreach=True: a few kernels for all parameters.",
-    ),
-    (
-        re.compile(r"^Optimizer\.zero_grad#"),
-        "Use zero_grad(set_to_none=True) (the default since PyTorch 2.0): no memset kernels.",
-    ),
-    (
-        re.compile(r"DataLoader|dataloader"),
-        "Load batches in background workers: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True).",
-    ),
-    (
-        re.compile(r"CompiledFxGraph"),
-        "A torch.compile graph: look at its top kernels; mode='max-autotune' tunes its matmuls.",
-    ),
-)
-_GENERIC_ADVICE = "Look inside it: nest record_function labels around its parts, or read its top kernels."
 
 
 @dataclass(frozen=True)
@@ -89,30 +51,6 @@ class AnnotationTime:
     table: pd.DataFrame
     total_ns: int
     unannotated_ns: int
-
-    @property
-    def bottleneck(self) -> dict[str, Any] | None:
-        """The annotation with the most time: ``name``, ``share_pct``, ``advice``, ``message``; None if all are 0."""
-        if not len(self.table) or int(self.table["time_ns"].iloc[0]) <= 0:
-            return None
-        row = self.table.iloc[0]
-        name, share = str(row["name"]), float(row["share_pct"])
-        tip = advice(name)
-        basis = "" if self.basis == "gpu" else " (CPU time)"
-        return {
-            "name": name,
-            "share_pct": share,
-            "advice": tip,
-            "message": f"Bottleneck{basis}: {name} ({share:.0f}%). {tip}",
-        }
-
-
-def advice(name: str) -> str:
-    """What to do about an annotation that takes the most time, from what its name says it computes."""
-    for pattern, text in _ADVICE:
-        if pattern.search(name):
-            return text
-    return _GENERIC_ADVICE
 
 
 def top_level(trace: Trace) -> pd.DataFrame:
@@ -142,6 +80,7 @@ def top_level(trace: Trace) -> pd.DataFrame:
     return top
 
 
+@memoised
 def annotation_time(trace: Trace) -> AnnotationTime | None:
     """Time per top-level annotation name (see the module docstring); None without user annotations."""
     top = top_level(trace)
@@ -274,22 +213,3 @@ def _encloses_a_step(outer: pd.DataFrame, steps: pd.DataFrame) -> npt.NDArray[np
         inside[inside] &= ends[first[inside]] <= o_end[sel][inside]
         out[sel] = inside
     return out
-
-
-def summary(trace: Trace) -> dict[str, Any] | None:
-    """The ``annotations`` entry of the JSON report's per-trace summary (times in µs, exact to the ns)."""
-    result = annotation_time(trace)
-    if result is None:
-        return None
-    t = result.table
-    return {
-        "basis": result.basis,
-        "total_us": result.total_ns / 1000.0,
-        "unannotated_us": result.unannotated_ns / 1000.0,
-        "unannotated_pct": 100.0 * result.unannotated_ns / result.total_ns if result.total_ns > 0 else 0.0,
-        "rows": [
-            {"name": name, "time_us": int(ns) / 1000.0, "share_pct": float(share), "calls": int(calls)}
-            for name, ns, share, calls in zip(t["name"], t["time_ns"], t["share_pct"], t["calls"], strict=True)
-        ],
-        "bottleneck": result.bottleneck,
-    }

@@ -12,23 +12,22 @@ runtime/driver calls, ``("gpu", i)`` kernels, copies and memsets. Each node carr
 * ``event_wait``: cross-stream ``cudaStreamWaitEvent`` dependencies, when the trace resolves them
   (``cuda_sync`` events with ``wait_on_cuda_event_record_corr_id``, format doc §4.8).
 
-Building it costs time on big traces, so ``Trace.graph`` builds it on first use only, and
-``TraceGraph.build(trace, window)`` limits it to one window (a step).
+Building it costs time on big traces, so ``dependency_graph(trace)`` builds it on first use only
+(memoised per trace), and ``TraceGraph.build(trace, window)`` limits it to one window (a step).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import networkx as nx
 import numpy as np
 import pandas as pd
 
+from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
-
-if TYPE_CHECKING:
-    from traceadvisor.trace.model import Trace
+from traceadvisor.trace.model import Trace
 
 Node = tuple[str, int]
 
@@ -51,7 +50,6 @@ class TraceGraph:
     @classmethod
     def build(cls, trace: Trace, window: tuple[int, int] | None = None) -> TraceGraph:
         """Build the graph for the whole trace, or for events overlapping ``window``."""
-        trace.links  # noqa: B018 - launch/op columns
         g: nx.DiGraph = nx.DiGraph()
         host = _clip(trace.host, window)
         rt = _clip(trace.runtime, window)
@@ -138,6 +136,30 @@ class TraceGraph:
         path.reverse()
         length = sum(by_kind.values())
         return CriticalPath(path, by_kind, int(length))
+
+
+@memoised
+def dependency_graph(trace: Trace) -> TraceGraph:
+    """The dependency graph of the whole trace (built on first use; large traces pay only if asked)."""
+    return TraceGraph.build(trace)
+
+
+@memoised
+def step_critical_path(trace: Trace, step: int) -> CriticalPath | None:
+    """Critical path of one step: from the step's last GPU work back to its CPU start."""
+    t = trace.steps.table
+    row = t[t["step"] == step]
+    if not len(row):
+        return None
+    r = row.iloc[0]
+    lo = int(r["cpu_start_ns"])
+    hi = int(max(r["cpu_end_ns"], r["gpu_end_ns"]))
+    g = TraceGraph.build(trace, (lo, hi))
+    end_nodes = [n for n in g.g if n[0] == "gpu" and int(r["gpu_start_ns"]) <= g.g.nodes[n]["start"] < hi]
+    if not end_nodes:
+        return g.critical_path(start_bound=lo)
+    last = max(end_nodes, key=lambda n: g.g.nodes[n]["end"])
+    return g.critical_path(last, start_bound=lo)
 
 
 def _clip(df: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:

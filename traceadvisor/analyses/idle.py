@@ -32,6 +32,7 @@ unprofiled run does not pay, so rules can tell the time a fix recovers from the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -39,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 
@@ -79,18 +81,6 @@ class IdleCause(StrEnum):
 
 
 CAUSES = tuple(c.value for c in IdleCause)
-# The rule that claims (reports the time of) each cause: every idle nanosecond has at most one
-# owner. Launch latency is the GPU's own start-up cost between kernels (also between the nodes of
-# a CUDA graph): no change in the workload removes it, so no rule claims it.
-CLAIMED_BY: dict[str, str | None] = {
-    "sync": "sync-point",
-    "data_loading": "data-loader-bound",
-    "optimizer": "optimizer-not-fused",
-    "launch_bound": "launch-overhead",
-    "launch_latency": None,
-    "cpu_op": "idle-gap",
-    "unknown": "idle-gap",
-}
 COLUMNS = (
     "start_ns",
     "end_ns",
@@ -111,6 +101,20 @@ def empty() -> pd.DataFrame:
     data["cause"] = np.empty(0, object)
     data["detail"] = np.empty(0, object)
     return pd.DataFrame(data)
+
+
+@memoised
+def idle_attribution(trace: Trace) -> pd.DataFrame:
+    """Idle gaps of the busiest device in the analysis window, each with one primary cause.
+
+    Columns ``COLUMNS``: ``start_ns``, ``end_ns``, ``dur_ns``, ``cause`` (an ``IdleCause`` value),
+    ``detail``, ``host_row``, ``launch_row``, ``blocking_row`` and ``host_events``. Each cause has
+    at most one claiming rule (the engine's ``claimed_by``), so no idle nanosecond is claimed twice.
+    """
+    if not trace.device_ids:
+        return empty()
+    lo, hi, _ = trace.analysis_window
+    return attribute(trace, trace.device_ids[0], lo, hi)
 
 
 def recoverable_ns(gaps: pd.DataFrame, event_cost_ns: float = PROFILER_EVENT_COST_NS) -> float:
@@ -134,8 +138,9 @@ class CauseIdle:
     top_detail_ns: int
 
 
-def breakdown(gaps: pd.DataFrame) -> list[CauseIdle]:
-    """Idle per cause of an attribution table, largest first."""
+def breakdown(gaps: pd.DataFrame, claimed_by: Mapping[str, str | None]) -> list[CauseIdle]:
+    """Idle per cause of an attribution table, largest first; ``claimed_by`` (cause → the rule that
+    claims it, the engine's ``claimed_by`` of the loaded rules) names each cause's owner."""
     if not len(gaps):
         return []
     cause_codes, causes = pd.factorize(gaps["cause"], sort=False)
@@ -151,7 +156,7 @@ def breakdown(gaps: pd.DataFrame) -> list[CauseIdle]:
             cause=str(causes[c]),
             idle_ns=int(per_cause[c]),
             gaps=int(count[c]),
-            claimed_by=CLAIMED_BY.get(str(causes[c])),
+            claimed_by=claimed_by.get(str(causes[c])),
             top_detail=str(details[top[c]]),
             top_detail_ns=int(pair[c, top[c]]),
         )

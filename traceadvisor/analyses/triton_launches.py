@@ -12,13 +12,13 @@ only) are -1.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:  # the roofline's view imports this module while rules load: keep it light
-    from traceadvisor.trace.model import Trace
+from traceadvisor.analyses.cache import memoised
+from traceadvisor.trace.model import Trace
 
 PREFIX = "triton::"
 _FIELD = re.compile(r"(\w+)=(\([^)]*\)|\S+)")
@@ -47,6 +47,7 @@ def parse(name: str) -> dict[str, Any] | None:
     return out
 
 
+@memoised
 def launches(trace: Trace) -> pd.DataFrame:
     """One row per launch record (index: the record's ``host`` row), with its time and thread.
 
@@ -71,6 +72,7 @@ def launches(trace: Trace) -> pd.DataFrame:
     return table
 
 
+@memoised
 def kernels(trace: Trace) -> pd.DataFrame:
     """GPU kernels launched under a record (index: ``gpu`` row) with the record's fields.
 
@@ -114,6 +116,7 @@ def kernels(trace: Trace) -> pd.DataFrame:
     return out
 
 
+@memoised
 def by_kernel(trace: Trace) -> pd.DataFrame:
     """Per recorded kernel name: ``launches``, ``gpu_time_ns``, and ``bytes`` and ``flops`` in total.
 

@@ -7,6 +7,7 @@ nanosecond decimals survive.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,25 @@ import pandas as pd
 
 from traceadvisor.analyses import annotation_time
 from traceadvisor.analyses.idle import breakdown as idle_breakdown
+from traceadvisor.analyses.idle import idle_attribution
 from traceadvisor.roofline.summary import summarize as roofline_summary
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace, name_codes
+
+# The rule that claims (reports the time of) each idle cause, as the report's idle section names
+# it. Not the analyses' to know (a user rule may claim a cause): the engine computes the map from
+# the loaded rules (``engine.claimed_by``); until the pipeline passes that map to ``summarize``
+# it is written here, equal to the built-in rules' ``claims`` (tests/test_model.py checks it).
+# Launch latency is the GPU's own start-up cost between kernels: no rule claims it.
+CLAIMED_BY: dict[str, str | None] = {
+    "sync": "sync-point",
+    "data_loading": "data-loader-bound",
+    "optimizer": "optimizer-not-fused",
+    "launch_bound": "launch-overhead",
+    "launch_latency": None,
+    "cpu_op": "idle-gap",
+    "unknown": "idle-gap",
+}
 
 TOP_KERNELS = 10
 
@@ -61,7 +78,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "top_kernels": _top_kernels(trace),
         "idle_breakdown": _idle_breakdown(trace),
         "roofline": roofline_summary(trace),
-        "annotations": annotation_time.summary(trace),
+        "annotations": _annotations(trace),
         "capture": dict(trace.meta.flags),
         "warnings": list(trace.meta.warnings),
     }
@@ -159,7 +176,7 @@ def _sum_and_count_by_name(kernels: pd.DataFrame) -> pd.DataFrame:
 
 def _idle_breakdown(trace: Trace) -> list[dict[str, Any]]:
     """Idle time per primary cause (each gap counted once), the rule that claims it, and its top detail."""
-    df = trace.idle_attribution
+    df = idle_attribution(trace)
     total = int(df["dur_ns"].sum())
     return [
         {
@@ -171,10 +188,96 @@ def _idle_breakdown(trace: Trace) -> list[dict[str, Any]]:
             "top_detail": b.top_detail,
             "top_detail_us": us(b.top_detail_ns),
         }
-        for b in idle_breakdown(df)
+        for b in idle_breakdown(df, CLAIMED_BY)
     ]
 
 
 def step_frame(summary: dict[str, Any]) -> pd.DataFrame:
     """Steps of a summary as a DataFrame (for renderers)."""
     return pd.DataFrame(summary["steps"])
+
+
+# -- the annotations section -------------------------------------------------------------------------
+# The analysis (``analyses/annotation_time.py``) gives the numbers; which annotation is the
+# bottleneck and what to do about it is the report's to say.
+# Advice for component names that say what they compute (the reference workloads' labels and
+# PyTorch's own annotations), first match wins. Why each: attention's score matrix is O(seq²)
+# memory traffic that a fused kernel never writes (FlashAttention, Dao et al. 2022); projections
+# are GEMMs whose speed is the tensor-core rate of their dtype; optimizer and zero_grad advice
+# follows torch.optim's docs (fused/foreach implementations, set_to_none).
+_ANNOTATION_ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"score|softmax|weighted_sum|attn_weight|attention_weight", re.I),
+        "Use scaled_dot_product_attention: one fused kernel that never writes the seq × seq score matrix.",
+    ),
+    (
+        re.compile(r"scaled_dot_product|sdpa|flash_attention|flash_attn", re.I),
+        "Attention already runs fused: only less work (shorter sequences, is_causal=True for causal masks) "
+        "or lower precision makes it faster.",
+    ),
+    (
+        re.compile(r"qkv|proj|linear", re.I),
+        "These are matmuls: run them in bf16/fp16 (autocast) or TF32 so they use tensor cores, "
+        "and compute q, k and v with one matmul.",
+    ),
+    (
+        re.compile(r"^Optimizer\.step#"),
+        "Use a fused optimizer (e.g. AdamW(..., fused=True)) or foreach=True: a few kernels for all parameters.",
+    ),
+    (
+        re.compile(r"^Optimizer\.zero_grad#"),
+        "Use zero_grad(set_to_none=True) (the default since PyTorch 2.0): no memset kernels.",
+    ),
+    (
+        re.compile(r"DataLoader|dataloader"),
+        "Load batches in background workers: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True).",
+    ),
+    (
+        re.compile(r"CompiledFxGraph"),
+        "A torch.compile graph: look at its top kernels; mode='max-autotune' tunes its matmuls.",
+    ),
+)
+_GENERIC_ANNOTATION_ADVICE = "Look inside it: nest record_function labels around its parts, or read its top kernels."
+
+
+def annotation_advice(name: str) -> str:
+    """What to do about an annotation that takes the most time, from what its name says it computes."""
+    for pattern, text in _ANNOTATION_ADVICE:
+        if pattern.search(name):
+            return text
+    return _GENERIC_ANNOTATION_ADVICE
+
+
+def annotation_bottleneck(result: annotation_time.AnnotationTime) -> dict[str, Any] | None:
+    """The annotation with the most time: ``name``, ``share_pct``, ``advice``, ``message``; None if all are 0."""
+    if not len(result.table) or int(result.table["time_ns"].iloc[0]) <= 0:
+        return None
+    row = result.table.iloc[0]
+    name, share = str(row["name"]), float(row["share_pct"])
+    tip = annotation_advice(name)
+    basis = "" if result.basis == "gpu" else " (CPU time)"
+    return {
+        "name": name,
+        "share_pct": share,
+        "advice": tip,
+        "message": f"Bottleneck{basis}: {name} ({share:.0f}%). {tip}",
+    }
+
+
+def _annotations(trace: Trace) -> dict[str, Any] | None:
+    """The ``annotations`` entry of the JSON report's per-trace summary (times in µs, exact to the ns)."""
+    result = annotation_time.annotation_time(trace)
+    if result is None:
+        return None
+    t = result.table
+    return {
+        "basis": result.basis,
+        "total_us": result.total_ns / 1000.0,
+        "unannotated_us": result.unannotated_ns / 1000.0,
+        "unannotated_pct": 100.0 * result.unannotated_ns / result.total_ns if result.total_ns > 0 else 0.0,
+        "rows": [
+            {"name": name, "time_us": int(ns) / 1000.0, "share_pct": float(share), "calls": int(calls)}
+            for name, ns, share, calls in zip(t["name"], t["time_ns"], t["share_pct"], t["calls"], strict=True)
+        ],
+        "bottleneck": annotation_bottleneck(result),
+    }

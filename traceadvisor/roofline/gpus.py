@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DTYPES = ("fp64", "fp64_matrix", "fp32", "fp32_matrix", "tf32", "bf16", "fp16", "fp8", "int8")
+from traceadvisor.trace.device import DTYPES as DTYPES  # re-exported: the dtypes of every figure table here
+
 FIGURES = ("memory_bandwidth", *DTYPES)
 
 T = 1e12  # TFLOP/s

@@ -25,32 +25,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from traceadvisor.roofline.gpus import DTYPES, GPUS, GpuSpec, describe, lookup, match
-from traceadvisor.roofline.profile import DeviceProfile, ProfileError, find_device_profile, load_device_profile
-
-NO_PEAKS_HELP = (
-    'name the GPU (name = "h100-sxm") or give its peaks in [tool.traceadvisor.gpu], '
-    "or measure it with `traceadvisor calibrate`"
-)
+from traceadvisor.roofline.profile import ProfileError, find_device_profile, load_device_profile
+from traceadvisor.trace.device import NO_PEAKS_HELP, DeviceProfile, GpuConfig
 
 GPU_KEYS = ("name", "device-profile", "memory-bandwidth-gbs", "sm-count", "tflops")
-
-
-@dataclass(frozen=True)
-class GpuConfig:
-    """``[tool.traceadvisor.gpu]``: how to choose or override the peaks."""
-
-    name: str | None = None
-    device_profile: DeviceProfile | None = None
-    search_profiles: bool = True
-    memory_bandwidth_gbs: float | None = None
-    sm_count: int | None = None
-    tflops: Mapping[str, float] = field(default_factory=dict)
-    source: str = "configuration"  # the file it came from
 
 
 def parse_gpu_table(table: Mapping[str, Any], base: Path, source: str) -> GpuConfig:
@@ -225,4 +208,4 @@ def resolve_peaks(props: Mapping[str, Any] | None, config: GpuConfig | None = No
     )
 
 
-__all__ = ["GpuConfig", "Peaks", "PeaksResult", "describe", "parse_gpu_table", "resolve_peaks"]
+__all__ = ["NO_PEAKS_HELP", "GpuConfig", "Peaks", "PeaksResult", "describe", "parse_gpu_table", "resolve_peaks"]

@@ -32,61 +32,18 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from traceadvisor.atomic import write_bytes
-from traceadvisor.roofline.gpus import DTYPES
-
-SCHEMA = "traceadvisor-device-profile/1"
+from traceadvisor.trace.device import DTYPES
+from traceadvisor.trace.device import PROFILE_SCHEMA as SCHEMA
+from traceadvisor.trace.device import DeviceProfile as DeviceProfile  # re-exported: its readers are here
 
 
 class ProfileError(ValueError):
     """A device profile that cannot be read or is not of the format (one-line message)."""
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """Peaks measured on one GPU model."""
-
-    name: str
-    sm_count: int
-    compute_capability: str
-    total_memory_bytes: int
-    memory_bandwidth_gbs: float
-    flops: Mapping[str, float | None]  # FLOP/s by dtype; None = not measured
-    method: Mapping[str, Any] = field(default_factory=dict)
-    torch: str = ""
-    created: str = ""
-    extra_flops: Mapping[str, float | None] = field(default_factory=dict)
-    path: str | None = None  # where it was read from
-
-    def to_dict(self) -> dict[str, Any]:
-        """The profile as its JSON document."""
-        flops: dict[str, float | None] = {k: self.flops.get(k) for k in DTYPES if k in self.flops}
-        flops.update(self.extra_flops)
-        return {
-            "schema": SCHEMA,
-            "device": {
-                "name": self.name,
-                "sm_count": self.sm_count,
-                "compute_capability": self.compute_capability,
-                "total_memory_bytes": self.total_memory_bytes,
-            },
-            "measured": {"memory_bandwidth_gbs": self.memory_bandwidth_gbs, "flops": flops},
-            "method": dict(self.method),
-            "torch": self.torch,
-            "created": self.created,
-        }
-
-    def describe(self) -> str:
-        """Where this profile came from, for reports."""
-        where = self.path or "device profile"
-        when = f", measured {self.created}" if self.created else ""
-        return f"measured: {where}{when}"
 
 
 def default_profile_dir() -> Path:

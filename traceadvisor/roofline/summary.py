@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from traceadvisor.roofline.view import BASIS_TEXT
+from traceadvisor.roofline.view import BASIS_TEXT, of
 from traceadvisor.trace.model import Trace
 
 TOP_KERNELS = 10
@@ -20,7 +20,7 @@ BOUNDS = ("compute", "memory", "latency", "unknown")
 
 def summarize(trace: Trace) -> dict[str, Any]:
     """``traces[].roofline`` of the JSON report."""
-    r = trace.roofline
+    r = of(trace)
     out: dict[str, Any] = {
         "available": r.peaks is not None,
         "reason": r.reason,

@@ -1,8 +1,8 @@
 """The per-kernel roofline of a trace: FLOPs, bytes, intensity, achieved rates, share of roof, bound.
 
-Every GPU kernel tied to a CPU op (``kernels.op``, see ``Trace.links``) whose FLOPs and bytes the
-op models (``models.py``) can estimate gets a row. Computed once per trace (``Trace.roofline``)
-and shared by the report and the rules.
+Every GPU kernel tied to a CPU op (``kernels.op``, see ``trace/links.py``) whose FLOPs and bytes the
+op models (``models.py``) can estimate gets a row. Computed once per trace (``of(trace)``, memoised
+by ``analyses.cache``) and shared by the report and the rules.
 
 Custom Triton kernels have no aten op to model. A kernel launched under a Triton launch record
 (``traceadvisor.analyses.triton_launches``: its launching op, or for records written as user
@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.analyses import triton_launches
+from traceadvisor.analyses.cache import memoised
 from traceadvisor.roofline.models import (
     FUSIBLE_CLASSES,
     MATRIX_CLASSES,
@@ -54,11 +55,10 @@ from traceadvisor.roofline.models import (
     oversized_warning,
     triton_work,
 )
-from traceadvisor.roofline.peaks import GpuConfig, Peaks, resolve_peaks
+from traceadvisor.roofline.peaks import Peaks, resolve_peaks
 from traceadvisor.trace.columns import parse_raw
-
-if TYPE_CHECKING:
-    from traceadvisor.trace.model import Trace
+from traceadvisor.trace.device import GpuConfig
+from traceadvisor.trace.model import Trace
 
 # A kernel whose roof time is below this cannot reach either roof: its fixed cost dominates.
 # That cost is a few µs on NVIDIA GPUs since Volta (launch processing and block dispatch, the
@@ -150,6 +150,12 @@ class Roofline:
         """Rows of kernels that start inside ``[lo, hi)``."""
         k = self.kernels
         return k[(k["ts_ns"] >= lo) & (k["ts_ns"] < hi)]
+
+
+@memoised
+def of(trace: Trace) -> Roofline:
+    """The roofline of a trace under the GPU configuration it was given (``Trace.gpu_config``), once per trace."""
+    return Roofline(trace, trace.gpu_config)
 
 
 def _empty() -> pd.DataFrame:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceadvisor.errors import TraceError
 from traceadvisor.trace.columns import ColumnSink
+from traceadvisor.trace.device import GpuConfig
 from traceadvisor.trace.parallel import read_columns
 from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
@@ -94,8 +95,11 @@ def load(
     max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     meanwhile: Callable[[], object] | None = None,
     after_each: Callable[[], object] | None = None,
+    gpu: GpuConfig | None = None,
 ) -> list[Trace]:
     """Load one trace per file. Ranks come from ``distributedInfo``, else from the file name.
+
+    ``gpu`` (``[tool.traceadvisor.gpu]``) is given to every trace: how its roofline picks the peaks.
 
     ``meanwhile`` runs once, overlapped with the decoding of the first file where it can be
     (``parallel.read_columns``); ``after_each`` after each file (a cancelled analysis raises there).
@@ -117,7 +121,7 @@ def load(
     for f, in_folder in _expand(paths):
         try:
             # ``meanwhile`` goes with each file until one has run it: a skipped file may fail first.
-            traces.append(load_file(f, max_bytes=max_bytes, meanwhile=run_meanwhile if pending else None))
+            traces.append(load_file(f, max_bytes=max_bytes, meanwhile=run_meanwhile if pending else None, gpu=gpu))
         except TraceError as exc:
             if not in_folder:
                 raise
@@ -142,9 +146,14 @@ def _report_skipped(skipped: list[TraceError], any_loaded: bool) -> None:
 
 
 def load_file(
-    path: str | Path, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES, meanwhile: Callable[[], object] | None = None
+    path: str | Path,
+    max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    meanwhile: Callable[[], object] | None = None,
+    gpu: GpuConfig | None = None,
 ) -> Trace:
-    """Read one trace file into a ``Trace``."""
+    """Read one trace file into a ``Trace`` (``gpu``: its GPU configuration, see ``load``)."""
+    # Imported here, not at the top: pandas (which the model needs) then loads while the first
+    # file decodes in a second process (parallel.py). The model does not import this module.
     from traceadvisor.trace.model import Trace
 
     path = Path(path)
@@ -160,7 +169,7 @@ def load_file(
         why = f" ({'; '.join(warnings)})" if warnings else ""
         raise TraceError(f"{path}: trace has no usable events{why}")
     meta = _meta(path, result.top, sink, warnings, result.truncated)
-    return Trace(meta, tables, sink.metadata)
+    return Trace(meta, tables, sink.metadata, gpu=gpu)
 
 
 def _meta(path: Path, top: dict[str, Any], sink: ColumnSink, warnings: list[str], truncated: bool) -> TraceMeta:
