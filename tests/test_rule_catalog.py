@@ -98,6 +98,7 @@ def test_wheel_ships_the_builtin_rules(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert (target / "traceadvisor" / "_builtin_rules").is_dir()
+    assert (target / "traceadvisor" / "py.typed").is_file()  # PEP 561: rule authors' mypy reads our types
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-m", "traceadvisor", "rules", "--format", "json"],
