@@ -279,7 +279,7 @@ def test_step_gpu_window_holds_the_steps_gpu_work(path: Path) -> None:
 
 
 WIDENING_BUG = (
-    "model.py _gpu_step_windows says 'kineto widens GPU annotations by 1 ns (older: 1 µs) on each side; the work "
+    "trace/steps.py _gpu_step_windows says 'kineto widens GPU annotations by 1 ns (older: 1 µs) on each side; the work "
     "inside defines the window, not the widening' but takes the annotation's own span: every annotation-based "
     "step window (and the analysis window) is 2 ns too long (2 µs on µs-era kineto), adding two idle slivers "
     "(BERT: window 3907.827 µs vs 3907.825 µs of GPU work; TraceLens total_time 3.907825 ms)."
