@@ -13,7 +13,7 @@ The limits of doing this inside one process (documented for rule authors):
 * The trace view hands out copies that pandas copy-on-write keeps separate, and read-only numpy
   arrays; pandas' private internals (``_mgr``, ``_values``) and ``Series.array`` of an extension
   column (a categorical) are documented escape hatches of copy-on-write and are not protected,
-  nor are other libraries' objects (the networkx graph of ``trace.graph``), handed as they are.
+  nor are other libraries' objects (the networkx graph of ``dependency_graph(trace)``), handed as they are.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def read_only(value: Any) -> Any:
         return _read_only_method(value)
     if type(value).__module__.startswith("traceadvisor."):
         return ReadOnlyView(value)
-    # Another library's object (the networkx graph of ``trace.graph``): a view would fail its
+    # Another library's object (the networkx graph of ``dependency_graph(trace)``): a view would fail its
     # type checks, and a deep copy costs what the object weighs; it is shared as it is.
     return value
 
