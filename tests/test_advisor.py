@@ -209,7 +209,7 @@ def test_report_arrives_in_the_loop_and_a_raising_callback_does_not_stop_trainin
 
     report = advisor.reports[0]
     assert report.cycle == 1 and report.rank == 0 and report.step == 4
-    assert [s["step"] for s in report.steps] == [1, 2, 3]
+    assert [s.step for s in report.steps] == [1, 2, 3]
     planted = [f for f in report.findings if f.rule == "cpu-input-bound"]
     assert planted and planted[0].severity.value == "high"
     assert planted[0].impact is not None and planted[0].impact.share_pct > 50

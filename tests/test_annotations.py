@@ -20,6 +20,7 @@ import traceadvisor
 from traceadvisor.analyses import annotation_time
 from traceadvisor.pipeline import analyze
 from traceadvisor.report import render_markdown, render_text
+from traceadvisor.report.summary import annotation_advice, annotation_bottleneck
 from traceadvisor.testing import write_case_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -101,7 +102,7 @@ def test_naive_attention_names_scores_as_the_bottleneck_and_advises_sdpa() -> No
     assert list(result.table["name"][:2]) == ["scores", "softmax"]
     assert set(result.table["name"]) == set(COMPONENTS)
     assert set(result.table["calls"]) == {3}  # three recorded steps, one layer call each
-    b = result.bottleneck
+    b = annotation_bottleneck(result)
     assert b is not None and b["name"] == "scores"
     share = float(result.table["share_pct"].iloc[0])
     assert b["message"] == f"Bottleneck: scores ({share:.0f}%). {b['advice']}"
@@ -112,35 +113,37 @@ def test_sdpa_trace_has_no_score_components_and_other_advice() -> None:
     result = annotation_time.annotation_time(load("pair_sdpa_after"))
     assert result is not None
     assert set(result.table["name"]) == {"qkv_projection", "scaled_dot_product_attention", "output_projection"}
-    assert result.bottleneck is not None and result.bottleneck["name"] == "scaled_dot_product_attention"
-    assert "already runs fused" in result.bottleneck["advice"]
+    b = annotation_bottleneck(result)
+    assert b is not None and b["name"] == "scaled_dot_product_attention"
+    assert "already runs fused" in b["advice"]
 
 
 def test_traces_without_user_annotations_have_no_section() -> None:
     t = load("planted_fp32_matmul")
     assert annotation_time.annotation_time(t) is None
     report = analyze([FIXTURES / "planted_fp32_matmul.json.gz"])
-    assert report.traces[0]["annotations"] is None
+    assert report.traces[0].annotations is None
     assert "annotation" not in render_text.render(report)
 
 
 def test_reports_show_the_table_and_the_bottleneck() -> None:
     report = analyze([FIXTURES / "planted_naive_attention.json.gz"])
-    section = report.traces[0]["annotations"]
-    assert section["basis"] == "gpu" and section["rows"][0]["name"] == "scores"
-    assert section["total_us"] == pytest.approx(section["unannotated_us"] + sum(r["time_us"] for r in section["rows"]))
+    section = report.traces[0].annotations
+    assert section is not None and section.bottleneck is not None
+    assert section.basis == "gpu" and section.rows[0].name == "scores"
+    assert section.total_us == pytest.approx(section.unannotated_us + sum(r.time_us for r in section.rows))
     text = render_text.render(report, width=200)
     assert "annotation" in text and "GPU time" in text and "(outside annotations)" in text
-    assert section["bottleneck"]["message"] in text
+    assert section.bottleneck.message in text
     md = render_markdown.render(report)
     assert "| annotation | GPU time | share | calls |" in md
     # Markdown escapes the message (its underscores would turn "__init__" into bold "init")
     from traceadvisor.report.safe_text import TEXT_LIMIT, markdown
 
-    assert f"**{markdown(section['bottleneck']['message'], TEXT_LIMIT)}**" in md
+    assert f"**{markdown(section.bottleneck.message, TEXT_LIMIT)}**" in md
     assert "**Bottleneck: scores (26%). Use scaled\\_dot\\_product\\_attention: one fused kernel" in md
-    first = section["rows"][0]
-    assert f"| scores | {first['time_us'] / 1000:.3f} ms | {first['share_pct']:.1f}% | 3 |" in md
+    first = section.rows[0]
+    assert f"| scores | {first.time_us / 1000:.3f} ms | {first.share_pct:.1f}% | 3 |" in md
 
 
 def test_json_report_carries_the_section() -> None:
@@ -158,11 +161,11 @@ def test_json_report_carries_the_section() -> None:
 
 
 def test_advice_follows_what_the_name_says() -> None:
-    assert "scaled_dot_product_attention" in annotation_time.advice("attn_scores")
-    assert "fused optimizer" in annotation_time.advice("Optimizer.step#AdamW.step")
-    assert "set_to_none" in annotation_time.advice("Optimizer.zero_grad#SGD.zero_grad")
-    assert "num_workers" in annotation_time.advice("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
-    assert annotation_time.advice("my_block") == annotation_time.advice("decoder")  # generic
+    assert "scaled_dot_product_attention" in annotation_advice("attn_scores")
+    assert "fused optimizer" in annotation_advice("Optimizer.step#AdamW.step")
+    assert "set_to_none" in annotation_advice("Optimizer.zero_grad#SGD.zero_grad")
+    assert "num_workers" in annotation_advice("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    assert annotation_advice("my_block") == annotation_advice("decoder")  # generic
 
 
 # -- nesting, threads and steps on small traces -----------------------------------------------------
@@ -266,7 +269,8 @@ def test_cpu_trace_uses_cpu_time_and_says_so(cpu_attention_trace: Path) -> None:
         assert int(result.table.set_index("name").loc[label, "time_ns"]) == ns, label
     step_ns = sum(round(float(e["dur"]) * 1000) for e in ann if e["name"].startswith("ProfilerStep#"))
     assert result.total_ns == step_ns
-    assert result.bottleneck is not None and result.bottleneck["message"].startswith("Bottleneck (CPU time): ")
+    b = annotation_bottleneck(result)
+    assert b is not None and b["message"].startswith("Bottleneck (CPU time): ")
     report = analyze([cpu_attention_trace])
     text = render_text.render(report, width=200)
     assert "CPU time" in text and "(CPU time: the trace has no GPU activity)" in text

@@ -392,7 +392,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, external_traces: Path) -> I
 
     args = build_cases(tmp_path_factory.mktemp("bad"), external_traces)
     assert set(args) == set(ERRORS) | set(SALVAGED) | set(CLEAN) | set(CUTS) | set(CORRUPT)
-    full = analyze([external_traces / "hta" / "nccl_data.json.gz"]).traces[0]["kernel_count"]
+    full = analyze([external_traces / "hta" / "nccl_data.json.gz"]).traces[0].kernel_count
     return Inputs(args, full)
 
 

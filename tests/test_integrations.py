@@ -123,7 +123,7 @@ def test_lightning_fit_reports_through_its_loggers(
     report = received[0]
     finding = planted(report)
     assert finding.severity.value == "high" and finding.impact is not None and finding.impact.share_pct > 50
-    assert [s["step"] for s in report.steps] == [2, 3, 4]
+    assert [s.step for s in report.steps] == [2, 3, 4]
     # Traces go under the logger's folder: <log_dir>/traceadvisor/cycle1/rank0.json.gz.
     assert report.trace_path == Path(trainer.log_dir) / "traceadvisor" / "cycle1" / "rank0.json.gz"
     assert report.trace_path.is_file()

@@ -28,8 +28,9 @@ from markdown_it import MarkdownIt
 
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import format_report, log_report
-from traceadvisor.pipeline import Report
 from traceadvisor.report import render_text
+from traceadvisor.report.finding import Finding, Severity
+from traceadvisor.report.model import Report
 from traceadvisor.testing import write_case_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -288,16 +289,15 @@ def test_markdown_code_spans_hold_any_text(text: str) -> None:
 
 def test_rich_emoji_codes_stay_text() -> None:
     report = Report(
-        traces=[],
-        findings=[
-            {
-                "severity": "low",
-                "rule": "r",
-                "code": "XX101",
-                "message": "kernel at::native::cat::foo :cat: :smiley:",
-                "recommendation": "fuse cat::foo :cat: :smiley:",
-            }
-        ],
+        findings=(
+            Finding(
+                code="XX101",
+                rule="r",
+                severity=Severity.low,
+                message="kernel at::native::cat::foo :cat: :smiley:",
+                recommendation="fuse cat::foo :cat: :smiley:",
+            ),
+        ),
     )
     out = render_text.render(report)
     assert "foo :cat: :smiley:" in out and "fix: fuse cat::foo :cat: :smiley:" in out

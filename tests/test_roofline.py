@@ -23,8 +23,8 @@ import pandas as pd
 import pytest
 from fixture_paths import EXTERNAL, TRACELENS
 
-from traceadvisor import load_file
-from traceadvisor.engine.config import Config, load_config
+from traceadvisor import load_file, roofline
+from traceadvisor.config import Config, load_config
 from traceadvisor.errors import UsageError
 from traceadvisor.pipeline import analyze_traces
 from traceadvisor.roofline import gpus, view
@@ -161,7 +161,7 @@ def test_every_fixture_and_external_trace_gpu_is_matched() -> None:
         with gzip.open(EXTERNAL / rel, "rt") as fh:
             props = json.load(fh)["deviceProperties"][0]
         assert match(props).spec is not None and match(props).spec.key == key, rel  # type: ignore[union-attr]
-    assert load_file(TRACES / "planted_fp32_matmul.json.gz").roofline.peaks.model == lookup("h100-sxm").name  # type: ignore[union-attr]
+    assert roofline.of(load_file(TRACES / "planted_fp32_matmul.json.gz")).peaks.model == lookup("h100-sxm").name  # type: ignore[union-attr]
 
 
 # -- peaks: configuration and device profiles -----------------------------------------------------
@@ -668,7 +668,7 @@ def test_models_agree_with_tracelens(sheet: str, row: dict[str, Any]) -> None:
 
 
 def _view(name: str) -> pd.DataFrame:
-    return load_file(TRACES / f"{name}.json.gz").roofline.kernels
+    return roofline.of(load_file(TRACES / f"{name}.json.gz")).kernels
 
 
 def test_fp32_matmul_kernels_are_compute_bound_on_the_cuda_cores() -> None:
@@ -749,7 +749,7 @@ def test_the_models_run_once_per_distinct_op(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(view, "op_work", counting)
     t = load_file(TRACES / "planted_unfused_elementwise.json.gz")
-    k = t.roofline.kernels
+    k = roofline.of(t).kernels
     ops = t.host.loc[k["op"].unique()]
     distinct = ops[["name", "input_dims", "input_types", "concrete_inputs"]].astype(str).drop_duplicates()
     assert len(k) == 162 and len(calls) <= len(distinct) < 40
@@ -765,8 +765,8 @@ def test_unknown_gpu_has_no_roofline_but_keeps_flops_and_bytes(tmp_path: Path) -
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)
     t = load_file(path)
-    assert t.roofline.peaks is None and "A10G" in t.roofline.reason
-    k = t.roofline.kernels
+    assert roofline.of(t).peaks is None and "A10G" in roofline.of(t).reason
+    k = roofline.of(t).kernels
     assert (k["flops"] == 2 * 4096**3).all() and (k["bound"] == "unknown").all() and k["roof_share"].isna().all()
     report = analyze_traces([t]).to_dict()
     section = report["traces"][0]["roofline"]
@@ -782,16 +782,17 @@ def test_unknown_gpu_has_no_roofline_but_keeps_flops_and_bytes(tmp_path: Path) -
 def test_report_roofline_section() -> None:
     t = load_file(TRACES / "clean_sdpa_attention.json.gz")
     report = analyze_traces([t])
-    r = report.traces[0]["roofline"]
-    assert r["available"] and r["peaks"]["model"] == "NVIDIA H100 SXM5 80GB"
-    assert r["peaks"]["memory_bandwidth_gbs"] == 3350.0 and r["peaks"]["tflops"]["bf16"] == 989.5
-    assert all(s.startswith("datasheet: NVIDIA H100") for s in r["peaks"]["sources"].values())
-    assert sum(b["share_pct"] for b in r["by_bound"]) == pytest.approx(100.0)
-    assert r["modelled_time_us"] <= r["kernel_time_us"]
-    top = r["top_kernels"][0]
-    assert top["op"] == "aten::_cudnn_attention_backward" and top["bound"] == "compute"
-    assert top["achieved_tflops"] == pytest.approx(top["gflop"] / 1e3 / (top["time_us"] / 1e6))
-    times = [k["time_us"] for k in r["top_kernels"]]
+    r = report.traces[0].roofline
+    assert r.available and r.peaks is not None and r.peaks.model == "NVIDIA H100 SXM5 80GB"
+    assert r.peaks.memory_bandwidth_gbs == 3350.0 and r.peaks.tflops["bf16"] == 989.5
+    assert all(s.startswith("datasheet: NVIDIA H100") for s in r.peaks.sources.values())
+    assert sum(b.share_pct for b in r.by_bound) == pytest.approx(100.0)
+    assert r.modelled_time_us <= r.kernel_time_us
+    top = r.top_kernels[0]
+    assert top.op == "aten::_cudnn_attention_backward" and top.bound == "compute"
+    assert top.gflop is not None
+    assert top.achieved_tflops == pytest.approx(top.gflop / 1e3 / (top.time_us / 1e6))
+    times = [k.time_us for k in r.top_kernels]
     assert times == sorted(times, reverse=True)
     json.dumps(report.to_dict(), allow_nan=False)  # no NaN leaks into the JSON
 
@@ -860,7 +861,7 @@ def test_kernel_dtype_is_the_first_type_named() -> None:
 
 def test_fused_adamw_on_a_real_trace_is_fp32_and_below_the_bandwidth_peak() -> None:
     trace = load_file(Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "train_step.json.gz")
-    k = trace.roofline.kernels
+    k = roofline.of(trace).kernels
     adamw = k[k["op_name"].astype(str) == "aten::_fused_adamw_"]
     assert len(adamw) == 3
     assert set(adamw["dtype"]) == {"fp32"}
@@ -870,14 +871,14 @@ def test_fused_adamw_on_a_real_trace_is_fp32_and_below_the_bandwidth_peak() -> N
 def test_report_explains_kernels_above_the_roof() -> None:
     """Shares above 100% of the bandwidth peak are physically impossible from DRAM: the report says
     why they show (L2 residency, broadcast inputs counted at full size) instead of leaving a bare 138%."""
+    from traceadvisor.report.format import ABOVE_ROOF_NOTE
     from traceadvisor.report.render_text import render as render_text
-    from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE
 
     root = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
     above = analyze_traces([load_file(root / "planted_unfused_elementwise.json.gz")])
-    rows = above.traces[0]["roofline"]["top_kernels"]
-    assert any(r["bound"] == "memory" and r["roof_pct"] > 100 for r in rows)
+    rows = above.traces[0].roofline.top_kernels
+    assert any(r.bound == "memory" and (r.roof_pct or 0.0) > 100 for r in rows)
     assert ABOVE_ROOF_NOTE in " ".join(render_text(above).split())
     below = analyze_traces([load_file(root / "train_step.json.gz")])
-    assert all(r["roof_pct"] is None or r["roof_pct"] <= 100 for r in below.traces[0]["roofline"]["top_kernels"])
+    assert all(r.roof_pct is None or r.roof_pct <= 100 for r in below.traces[0].roofline.top_kernels)
     assert ABOVE_ROOF_NOTE not in " ".join(render_text(below).split())

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 from traceadvisor import errors
-from traceadvisor.engine.config import Config, parse_table
-from traceadvisor.pipeline import Report, analyze, analyze_traces
+from traceadvisor.config import Config, parse_table
+from traceadvisor.pipeline import analyze, analyze_traces
 from traceadvisor.report import render_json, render_markdown, render_text
+from traceadvisor.report.model import Report
 from traceadvisor.trace.load import load_file
 
 TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "train_step.json.gz"

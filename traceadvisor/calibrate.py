@@ -28,9 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
+
+from traceadvisor.console import fail
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -65,22 +67,22 @@ def calibrate(
     try:
         import torch
     except ImportError:
-        _fail("calibrate needs torch (pip install 'traceadvisor[capture]')")
+        raise fail("calibrate needs torch (pip install 'traceadvisor[capture]')") from None
     if not torch.cuda.is_available():
-        _fail("calibrate needs a CUDA GPU")
+        raise fail("calibrate needs a CUDA GPU")
     if not 0 <= device < torch.cuda.device_count():
-        _fail(f"no CUDA device {device}; this machine has {torch.cuda.device_count()}")
+        raise fail(f"no CUDA device {device}; this machine has {torch.cuda.device_count()}")
     from traceadvisor.roofline.profile import ProfileError, default_profile_dir, profile_filename, save_device_profile
 
     try:
         profile = measure(device, quick, progress=_progress)
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
-        _fail(f"measurement failed: {' '.join(str(exc).split())[:300]}")
+        raise fail(f"measurement failed: {' '.join(str(exc).split())[:300]}") from None
     path = out if out is not None else default_profile_dir() / profile_filename(profile.name, profile.sm_count)
     try:
         saved = save_device_profile(profile, path)
     except (OSError, ProfileError) as exc:
-        _fail(f"{path}: cannot write the device profile ({getattr(exc, 'strerror', None) or exc})")
+        raise fail(f"{path}: cannot write the device profile ({getattr(exc, 'strerror', None) or exc})") from None
     sys.stdout.write(render(profile.to_dict()))
     sys.stdout.write(f"device profile: {saved}\n")
 
@@ -174,7 +176,7 @@ def _bandwidth(plan: Plan) -> dict[str, dict[str, Any]]:
             "gbs": 3 * n * 4 / seconds / 1e9,
         }
     except Exception as exc:  # triton missing or unusable here: the copy still gives the figure
-        out["triton_vector_add"] = {"error": _one_line(exc)}
+        out["triton_vector_add"] = {"error": _describe(exc)}
     return out
 
 
@@ -225,7 +227,7 @@ def _triton_matmul(a: Any, b: Any, work: int, plan: Plan) -> dict[str, Any]:
         seconds = time_call(lambda: matmul(a, b), plan.warmup, plan.repeats)
         return {"flops": work / seconds, "ms": seconds * 1e3, "kernel": "traceadvisor.workloads.matmul"}
     except Exception as exc:
-        return {"error": _one_line(exc)}
+        return {"error": _describe(exc)}
 
 
 def _fp8(plan: Plan, capability: tuple[int, int], work: int) -> dict[str, Any]:
@@ -252,7 +254,7 @@ def _fp8(plan: Plan, capability: tuple[int, int], work: int) -> dict[str, Any]:
             out[key] = {"flops": work / seconds, "ms": seconds * 1e3}
         return out
     except Exception as exc:  # an fp8 path this torch build lacks: the figure stays unmeasured
-        return {"error": _one_line(exc)}
+        return {"error": _describe(exc)}
 
 
 def _best(entry: dict[str, Any]) -> float | None:
@@ -283,10 +285,6 @@ def _progress(message: str) -> None:
     sys.stderr.write(f"traceadvisor: {message}\n")
 
 
-def _one_line(exc: BaseException) -> str:
+def _describe(exc: BaseException) -> str:
+    """An exception as one short line for the measurement document (type, message)."""
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-
-
-def _fail(message: str) -> NoReturn:
-    sys.stderr.write(f"traceadvisor: error: {message}\n")
-    raise typer.Exit(code=2)

@@ -7,23 +7,23 @@ input or usage, with one line on stderr and no traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 from importlib import import_module
 from pathlib import Path
-from stat import S_ISREG
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from traceadvisor.errors import TraceError, UsageError
+from traceadvisor.console import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, fail, stdout_to_devnull, warn
+from traceadvisor.errors import UsageError
+from traceadvisor.report.finding import Severity
+from traceadvisor.report.safe_text import one_line
 
 if TYPE_CHECKING:
     from typer._click import Command, Context
 
-EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+    from traceadvisor.engine.registry import RuleSource
 
 # Commands that analysis does not need, by name: (module, function, its command settings or "").
 # Their modules (and what they import) load when the command is named or listed, so that
@@ -95,34 +95,9 @@ class Format(StrEnum):
     markdown = "markdown"
 
 
-class Severity(StrEnum):
-    """Finding severities, lowest first."""
-
-    low = "low"
-    medium = "medium"
-    high = "high"
-
-
 @app.callback()
 def _root() -> None:
     """Read PyTorch profiler traces and say what slows the GPU workload down."""
-
-
-def _fail(message: str) -> typer.Exit:
-    sys.stderr.write(f"traceadvisor: error: {_one_line(message)}\n")
-    return typer.Exit(code=EXIT_BAD_INPUT)
-
-
-def _one_line(text: str) -> str:
-    """``text`` as one safe stderr line: a file or event name may hold a newline (a forged line)
-    or ESC sequences (which drive the terminal); see ``report/safe_text.py``."""
-    from traceadvisor.report.safe_text import one_line
-
-    return one_line(text)
-
-
-def _warn(message: str) -> None:
-    sys.stderr.write(f"traceadvisor: warning: {_one_line(message)}\n")
 
 
 @app.command()
@@ -175,49 +150,28 @@ def analyze(
     ] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
-    from traceadvisor.atomic import write_bytes
-    from traceadvisor.pipeline import SEVERITIES
-    from traceadvisor.pipeline import analyze as run_analysis
+    from traceadvisor.console import analyze_or_fail, report_destination, to_terminal, write_report
+    from traceadvisor.pipeline import configure
+    from traceadvisor.report import render
 
     max_bytes, why_limit = _max_bytes(max_size_gib)
-    if output is not None and str(output) == "-":
-        output = None
-    if output is None and sys.stdout is None:  # started with stdout closed (>&-): Python sets it None
-        raise _fail("cannot write the report to stdout (stdout is closed)")
-    if output is not None:
-        _refuse_replacing_an_input(output, traces)
+    output = report_destination(output, traces)
     try:
-        cfg = _config(config, select, ignore, rules_dir, isolated=isolated, trust=trust_config)
+        cfg = configure(
+            config, select=select, ignore=ignore, rules_dirs=rules_dir, isolated=isolated, trust=trust_config
+        )
         if rule_timeout is not None:
-            from traceadvisor.engine.config import parse_rule_timeout
+            from traceadvisor.config import parse_rule_timeout
 
             cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
-        for w in cfg.origin.warnings:
-            _warn(w)
-        with _library_warnings_printed():
-            report = run_analysis(traces, cfg, max_bytes=max_bytes)
-    except (TraceError, UsageError) as exc:
-        message = str(exc)
-        raise _fail(f"{message} ({why_limit})" if why_limit and "--max-size" in message else message) from None
-    except MemoryError:
-        raise _fail("out of memory while reading the trace; try a smaller trace or more memory") from None
-    except RecursionError:
-        raise _fail("trace structure nested too deeply to analyse") from None
-    for t in report.traces:
-        for w in t.get("warnings", []):
-            _warn(f"{t['path']}: {w}")
-    data = _render(report, fmt, to_terminal=output is None and sys.stdout.isatty())
-    if output is None:
-        _report_to_stdout(data)
-    else:
-        try:
-            write_bytes(output, data)
-        except OSError as exc:
-            raise _fail(f"{output}: cannot write report ({exc.strerror or exc})") from None
+    except UsageError as exc:
+        raise fail(str(exc)) from None
+    report = analyze_or_fail(traces, cfg, max_bytes, why_limit)
+    write_report(render(report, fmt, color=to_terminal(output)), output)
     global _report_written
     _report_written = True
     worst = report.worst_severity()
-    if fail_on is not None and worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(fail_on.value):
+    if fail_on is not None and worst is not None and worst.rank >= fail_on.rank:
         raise typer.Exit(code=EXIT_FINDINGS)
 
 
@@ -234,172 +188,69 @@ def _max_bytes(max_size_gib: float | None) -> tuple[int, str]:
 
         return default_max_bytes()
     if not max_size_gib > 0:  # also NaN
-        raise _fail(f"--max-size must be a positive number of GiB, not {max_size_gib}")
+        raise fail(f"--max-size must be a positive number of GiB, not {max_size_gib}")
     return (int(max_size_gib * 2**30) if max_size_gib < 2**32 else sys.maxsize), ""
 
 
-def _refuse_replacing_an_input(output: Path, traces: list[Path]) -> None:
-    """``-o`` naming an input trace, or a trace in an input directory, through any link: the
-    report would replace the trace it was made from."""
-    try:
-        if not S_ISREG(output.stat().st_mode):
-            return  # a device or pipe is written through, never replaced
-    except OSError:
-        return  # a new file (or one write_bytes reports): nothing to lose
-    for given in traces:
-        for f in _trace_candidates(given):
-            if _same_file(f, output):
-                raise _fail(f"{output}: is the input trace {f}; the report would replace it (choose another --output)")
-
-
-def _trace_candidates(given: Path) -> list[Path]:
-    """``given``, or the trace-named entries of the directory ``given``."""
-    try:
-        return [f for f in given.iterdir() if f.name.endswith((".json", ".json.gz"))] if given.is_dir() else [given]
-    except OSError:
-        return []  # the analysis reports it
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.samefile(b)
-    except OSError:
-        return False
-
-
-def _report_to_stdout(data: bytes) -> None:
-    """Write the report to stdout; a reader that went away (``| head``) is no error, anything else
-    (a full disk, a stdout not open for writing) is one line."""
-    try:
-        _write_stdout(data)
-    except BrokenPipeError:
-        _stdout_to_devnull()
-        raise typer.Exit(EXIT_OK) from None
-    except OSError as exc:
-        raise _fail(f"cannot write the report to stdout ({exc.strerror or exc})") from None
-
-
-def _write_stdout(data: bytes) -> None:
-    """``data`` straight to stdout's file descriptor, after what Python had buffered: a failed
-    write leaves nothing buffered, which the interpreter would write again at exit and report in a
-    second message. Through ``sys.stdout`` where it is no file (a test runner's capture)."""
-    import io
-    import os
-
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, io.UnsupportedOperation):
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return
-    sys.stdout.flush()
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _stdout_to_devnull() -> None:
-    """Point stdout at /dev/null, so that the interpreter's final flush finds no broken pipe."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-@contextmanager
-def _library_warnings_printed() -> Iterator[None]:
-    """While the block runs, what the library logs at WARNING (``traceadvisor.*`` loggers: a file
-    skipped in a directory) is printed as a ``traceadvisor: warning:`` line."""
-    import logging
-
-    class Lines(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            _warn(record.getMessage())
-
-    logger = logging.getLogger("traceadvisor")
-    handler = Lines(logging.WARNING)
-    logger.addHandler(handler)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-
-
-def _config(  # type: ignore[no-untyped-def]
-    path: Path | None,
-    select: list[str] | None,
-    ignore: list[str] | None,
-    rules_dir: list[Path] | None,
-    *,
-    isolated: bool = False,
-    trust: bool = False,
-):
-    """The run's configuration (``engine/config.py``: ``resolve_config``) with the command line's
-    options on top; its warnings are in ``cfg.origin.warnings``, for the caller to print."""
-    from traceadvisor.engine.config import resolve_config
-
-    cfg = resolve_config(path, isolated=isolated, trust=trust)
-    if select:
-        cfg.select = [s for item in select for s in item.split(",") if s]
-    if ignore:
-        cfg.ignore = [*cfg.ignore, *(s for item in ignore for s in item.split(",") if s)]
-    if rules_dir:
-        cfg.rules_dirs = [*cfg.rules_dirs, *rules_dir]
-    return cfg
+# The options by which ``rules`` and ``explain`` find the rules a run would load: the same
+# configuration resolution as ``analyze`` (a trusted configuration's rules-dir adds user rules).
+RulesDirOption = Annotated[list[Path] | None, typer.Option("--rules-dir", help="Also load rules from this folder.")]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="Configuration file (TOML), trusted to run its rules-dir.")
+]
+IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Read no configuration file.")]
+TrustOption = Annotated[
+    bool, typer.Option("--trust-config", help="Load the rules-dir of a discovered configuration (its code runs).")
+]
 
 
 @app.command("rules")
 def list_rules(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or markdown.")] = "table",
-    rules_dir: Annotated[
-        list[Path] | None, typer.Option("--rules-dir", help="Also list rules from this folder.")
-    ] = None,
+    rules_dir: RulesDirOption = None,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
+    trust_config: TrustOption = False,
 ) -> None:
-    """List the available rules."""
-    from traceadvisor.engine.registry import discover
+    """List the available rules (built-in, --rules-dir, the configuration's rules-dir, entry points)."""
     from traceadvisor.report import render_rules
 
     if fmt not in ("table", "json", "markdown"):
-        raise _fail(f"unknown format {fmt!r}: use table, json or markdown")
-    try:
-        sources = discover(list(rules_dir or []))
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(f"unknown format {fmt!r}: use table, json or markdown")
+    sources = _rule_sources(rules_dir, config, isolated, trust_config)
     sys.stdout.write(render_rules.render([s.cls for s in sources], fmt))
 
 
 @app.command()
-def explain(rule: Annotated[str, typer.Argument(help="Rule code or name.")]) -> None:
+def explain(
+    rule: Annotated[str, typer.Argument(help="Rule code or name.")],
+    rules_dir: RulesDirOption = None,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
+    trust_config: TrustOption = False,
+) -> None:
     """Show a rule's documentation: what it detects, why it matters, how to fix it."""
-    from traceadvisor.engine.registry import discover
     from traceadvisor.report import render_rules
 
-    try:
-        sources = discover()
-    except UsageError as exc:
-        raise _fail(str(exc)) from None
+    sources = _rule_sources(rules_dir, config, isolated, trust_config)
     match = [s.cls for s in sources if rule in (s.cls.code, s.cls.name)]
     if not match:
-        raise _fail(f"no rule {rule!r}; see 'traceadvisor rules'")
+        raise fail(f"no rule {rule!r}; see 'traceadvisor rules'")
     sys.stdout.write(render_rules.explain(match[0]))
 
 
-def _render(report: object, fmt: Format, to_terminal: bool) -> bytes:
-    from traceadvisor.pipeline import Report
+def _rule_sources(rules_dir: list[Path] | None, config: Path | None, isolated: bool, trust: bool) -> list[RuleSource]:
+    """The rules ``analyze`` with these options would load (before ``--select``)."""
+    from traceadvisor.engine.registry import discover
+    from traceadvisor.pipeline import configure
 
-    assert isinstance(report, Report)
-    if fmt is Format.json:
-        from traceadvisor.report import render_json
-
-        return render_json.render(report)
-    if fmt is Format.markdown:
-        from traceadvisor.report import render_markdown
-
-        return render_markdown.render(report).encode()
-    from traceadvisor.report import render_text
-
-    return render_text.render(report, color=to_terminal).encode()
+    try:
+        cfg = configure(config, rules_dirs=rules_dir, isolated=isolated, trust=trust)
+        for w in cfg.origin.warnings:
+            warn(w)
+        return discover(cfg.rules_dirs)
+    except UsageError as exc:
+        raise fail(str(exc)) from None
 
 
 def run() -> None:
@@ -445,10 +296,10 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt, _Interrupted):
         sys.stderr.write("traceadvisor: interrupted\n")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         # The reader of stdout went away (``| head``): not an error; keep Python quiet at exit.
-        _stdout_to_devnull()
+        stdout_to_devnull()
         sys.exit(EXIT_OK)
     except Exception as exc:
         # Usage errors from typer's (vendored) click: one line, exit 2.
@@ -456,13 +307,13 @@ def main() -> None:
             if type(exc).__name__ == "NoArgsIsHelpError":
                 sys.stderr.write("traceadvisor: error: missing arguments; see 'traceadvisor --help'\n")
             else:
-                message = _one_line(" ".join(str(exc.format_message()).split()))  # echoes the user's argument
+                message = one_line(" ".join(str(exc.format_message()).split()))  # echoes the user's argument
                 sys.stderr.write(f"traceadvisor: error: {message}\n")
             sys.exit(EXIT_BAD_INPUT)
         if debug:
             raise
         # A bug, most likely on unusual input: one line that says so, no traceback.
-        detail = _one_line(" ".join(str(exc).split())[:200])
+        detail = one_line(" ".join(str(exc).split())[:200])
         sys.stderr.write(
             f"traceadvisor: error: internal error ({type(exc).__name__}: {detail}); "
             "rerun with TRACEADVISOR_DEBUG=1 for the traceback and please report it\n"

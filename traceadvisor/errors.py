@@ -15,7 +15,7 @@ class UsageError(Exception):
 
 
 class Cancelled(Exception):
-    """The analysis stopped because its ``cancel`` event was set (``analysis.analyze(cancel=...)``)."""
+    """The analysis stopped because its ``cancel`` event was set (``pipeline.analyze(cancel=...)``)."""
 
 
 def raise_if_cancelled(cancel: threading.Event | None) -> None:

@@ -6,56 +6,25 @@ import gc
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from traceadvisor.engine.config import Config
+from traceadvisor import roofline
+from traceadvisor.config import Config, ConfigOrigin
 from traceadvisor.errors import raise_if_cancelled
+from traceadvisor.report.model import ConfigInfo, Report, RuleError, Skipped, TraceSummary
 from traceadvisor.trace.load import load
 from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
 if TYPE_CHECKING:  # the rule engine (and pandas with it) is imported while the trace decodes
-    from traceadvisor.engine.rule import Rule
+    from traceadvisor.engine.rule import AnyRule, Capability
     from traceadvisor.trace.model import Trace
-
-SCHEMA_VERSION = 1
-SEVERITIES = ("low", "medium", "high")
-
-
-@dataclass
-class Report:
-    """Everything ``analyze`` found; ``to_dict`` is the versioned JSON report."""
-
-    traces: list[dict[str, Any]] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    # Which configuration file applied and whether its rules-dir ran (``ConfigOrigin.to_dict``).
-    config: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        from traceadvisor import __version__
-
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "traceadvisor", "version": __version__},
-            "traces": self.traces,
-            "findings": self.findings,
-            "skipped": self.skipped,
-            "errors": self.errors,
-            "config": self.config,
-        }
-
-    def worst_severity(self) -> str | None:
-        ranks = [SEVERITIES.index(f["severity"]) for f in self.findings if f.get("severity") in SEVERITIES]
-        return SEVERITIES[max(ranks)] if ranks else None
 
 
 def analyze_traces(
     traces: list[Trace],
     config: Config | None = None,
-    rules: list[Rule] | None = None,
+    rules: list[AnyRule] | None = None,
     cancel: threading.Event | None = None,
 ) -> Report:
     """Summarise loaded traces and run the rules on them (``cancel``: as ``analyze``)."""
@@ -65,16 +34,64 @@ def analyze_traces(
     config = config or Config()
     if rules is None:
         rules = _configured_rules(config)
-    report = Report(config=config.origin.to_dict())
+    summaries: list[TraceSummary] = []
     for t in traces:
         raise_if_cancelled(cancel)
-        t.gpu_config = config.gpu  # the roofline's peaks: [tool.traceadvisor.gpu]
-        report.traces.append(summarize(t))
-    result = run(rules, traces, rule_timeout_s=config.rule_timeout, cancel=cancel)
-    report.findings = [f.to_dict() for f in result.findings]
-    report.skipped = result.skipped
-    report.errors = result.errors
-    return report
+        summaries.append(TraceSummary.from_dict(summarize(t)))
+    result = run(rules, traces, capabilities=capabilities(traces), rule_timeout_s=config.rule_timeout, cancel=cancel)
+    return Report(
+        traces=tuple(summaries),
+        findings=tuple(result.findings),
+        skipped=tuple(Skipped.from_dict(s) for s in result.skipped),
+        errors=tuple(RuleError.from_dict(e) for e in result.errors),
+        config=config_info(config.origin),
+    )
+
+
+def capabilities(traces: list[Trace]) -> list[set[Capability]]:
+    """What each trace offers the rules; the peaks capability is the roofline's to say (the engine
+    does not import the roofline)."""
+    from traceadvisor.engine.rule import trace_capabilities
+
+    return [trace_capabilities(t, rank_count=len(traces), has_peaks=roofline.of(t).peaks is not None) for t in traces]
+
+
+def configure(
+    path: Path | None = None,
+    *,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    rules_dirs: list[Path] | None = None,
+    isolated: bool = False,
+    trust: bool = False,
+) -> Config:
+    """A run's configuration: the file ``resolve_config`` finds (or ``path``), with a caller's
+    options on top (each ``select``/``ignore`` item may list several, comma-separated; ``ignore``
+    and ``rules_dirs`` add to the file's, ``select`` replaces it). Its warnings are in
+    ``origin.warnings``, for the caller to print."""
+    from traceadvisor.config import resolve_config
+
+    cfg = resolve_config(path, isolated=isolated, trust=trust)
+    if select:
+        cfg.select = [s for item in select for s in item.split(",") if s]
+    if ignore:
+        cfg.ignore = [*cfg.ignore, *(s for item in ignore for s in item.split(",") if s)]
+    if rules_dirs:
+        cfg.rules_dirs = [*cfg.rules_dirs, *rules_dirs]
+    return cfg
+
+
+def config_info(origin: ConfigOrigin) -> ConfigInfo:
+    """The report's ``config`` entry: which file applied and whether its rules-dir ran."""
+    return ConfigInfo(
+        path=None if origin.path is None else str(origin.path),
+        found_by=origin.found_by,
+        isolated=origin.isolated,
+        rules_dir_trusted=origin.trusted if origin.path is not None else None,
+        rules_dirs=tuple(str(p) for p in origin.rules_dirs),
+        skipped_rules_dirs=tuple(str(p) for p in origin.skipped_rules_dirs),
+        warnings=tuple(origin.warnings),
+    )
 
 
 def analyze(
@@ -90,7 +107,7 @@ def analyze(
     rule is interrupted as its time limit would). A single long C call (decoding one file, one
     pandas operation) finishes first."""
     config = config or Config()
-    rules: list[Rule] = []
+    rules: list[AnyRule] = []
 
     def prepare_rules() -> None:
         # Runs before any event is decoded (configuration errors come first), overlapped with the
@@ -99,7 +116,11 @@ def analyze(
 
     with _cyclic_gc_paused():
         traces = load(
-            list(paths), max_bytes=max_bytes, meanwhile=prepare_rules, after_each=lambda: raise_if_cancelled(cancel)
+            list(paths),
+            max_bytes=max_bytes,
+            meanwhile=prepare_rules,
+            after_each=lambda: raise_if_cancelled(cancel),
+            gpu=config.gpu,  # the roofline's peaks ([tool.traceadvisor.gpu]), given to each trace at load
         )
         return analyze_traces(traces, config, rules, cancel)
 
@@ -120,8 +141,9 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _configured_rules(config: Config) -> list[Rule]:
-    from traceadvisor.engine.registry import discover
+def _configured_rules(config: Config) -> list[AnyRule]:
+    from traceadvisor.engine.registry import claims_of, discover
     from traceadvisor.engine.runner import instantiate, select
 
-    return instantiate(select(discover(config.rules_dirs), config), config)
+    sources = discover(config.rules_dirs)
+    return instantiate(select(sources, config), config, claims_of(sources))

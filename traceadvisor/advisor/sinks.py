@@ -29,12 +29,9 @@ def format_report(report: AdvisorReport) -> str:
         if f.location is not None:
             where = f"{f.location.file}:{f.location.line} ({f.location.function})"
             lines.append(f"      at: {one_line(where)}")
-    for t in report.document.get("traces", []):
-        lines.extend(f"  warning: {one_line(w)}" for w in t.get("warnings", []))
-    lines.extend(
-        f"  rule error: {one_line(e.get('rule'))}: {one_line(e.get('error'))}"
-        for e in report.document.get("errors", [])
-    )
+    for t in report.report.traces:
+        lines.extend(f"  warning: {one_line(w)}" for w in t.warnings)
+    lines.extend(f"  rule error: {one_line(e.rule)}: {one_line(e.error)}" for e in report.report.errors)
     return "\n".join(lines)
 
 

@@ -46,7 +46,7 @@ def run_job(job: dict[str, Any], cancel: threading.Event | None = None) -> dict[
     """Compress (if asked), analyse (if asked) and clean up one trace; never raises.
 
     ``cancel`` (thread mode), set by the training thread when the job is past its time, stops the
-    job between compression chunks and inside the analysis (``analysis.analyze``'s ``cancel``).
+    job between compression chunks and inside the analysis (``pipeline.analyze``'s ``cancel``).
     """
     from traceadvisor.errors import Cancelled, raise_if_cancelled
 
@@ -133,19 +133,21 @@ def watch_parent(parent: int, interval: float = PARENT_POLL_S) -> threading.Thre
 def analyze_to_json(
     trace: Path, config: Any, max_bytes: int | None, cancel: threading.Event | None = None
 ) -> dict[str, Any]:
-    """The JSON report of one trace, as ``traceadvisor analyze --format json`` prints it.
+    """The report of one trace as the JSON document ``traceadvisor analyze --format json`` prints
+    (``Report.to_dict``), for the pipe to the training process, which rebuilds the ``Report``.
 
-    Going through the JSON renderer (and back) gives exactly the CLI's document: numpy scalars
-    become plain numbers, and nothing but JSON types crosses the process boundary.
+    Encoded and decoded by the JSON renderer's encoder: a number a rule put in its finding's
+    ``data`` as a numpy scalar arrives as a plain number, as in the JSON report, and nothing but
+    JSON types crosses the process boundary.
     """
     import msgspec
 
     from traceadvisor.pipeline import analyze
-    from traceadvisor.report.render_json import render
+    from traceadvisor.report.render_json import encode
     from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
     report = analyze([trace], config, max_bytes=max_bytes or DEFAULT_MAX_INFLATED_BYTES, cancel=cancel)
-    doc: dict[str, Any] = msgspec.json.decode(render(report))
+    doc: dict[str, Any] = msgspec.json.decode(encode(report.to_dict()))
     return doc
 
 
@@ -163,6 +165,7 @@ def _warm_up() -> None:
     """Import the analysis now (a second or more), so the first job does not pay for it."""
     import traceadvisor.engine.runner
     import traceadvisor.pipeline
+    import traceadvisor.report.model
     import traceadvisor.report.render_json
     import traceadvisor.report.summary
     import traceadvisor.trace.model  # noqa: F401

@@ -25,9 +25,11 @@ from typer.core import TyperCommand
 
 from traceadvisor.capture import stepon
 from traceadvisor.capture.options import CaptureOptions, Schedule
+from traceadvisor.console import EXIT_BAD_INPUT, error, fail, warn
 from traceadvisor.errors import UsageError
 
-EXIT_BAD_INPUT = 2
+# Capture analyses its own fresh trace: the size cap is analyze's --max-size 16.
+MAX_ANALYSIS_BYTES = 16 * 2**30
 FORMATS = ("text", "json", "markdown")
 _PROGRAM_OPTIONS = ("-m", "--module", "--workload")
 
@@ -164,7 +166,7 @@ def capture(
         if analyze:
             _check_rule_selection(select, ignore)
     except UsageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     code = _run(command, target, spec, options, out, overwrite, analyze, fmt, output, select, ignore, start)
     if code:
         raise typer.Exit(code=code)
@@ -189,7 +191,7 @@ def _run(
     # Found, not imported: our own errors below (a missing --step-on function, a taken run folder) come
     # without waiting for torch; the session imports it when the program starts.
     if importlib.util.find_spec("torch") is None:
-        raise _fail("traceadvisor capture needs torch: pip install 'traceadvisor[capture]'")
+        raise fail("traceadvisor capture needs torch: pip install 'traceadvisor[capture]'")
     from traceadvisor.capture import runinfo
     from traceadvisor.capture.session import CaptureSession
     from traceadvisor.capture.target import Program, outcome_of
@@ -217,16 +219,16 @@ def _run(
         try:
             program.prepare(wrapper)
         except UsageError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         except BaseException as exc:  # the program's own code failed while being imported
             return outcome_of(exc).code
         try:
             runinfo.prepare_run_dir(folder, rank, overwrite)
             record.write()
         except UsageError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         except OSError as exc:
-            raise _fail(f"{record.path}: cannot write ({exc.strerror or exc})") from None
+            raise fail(f"{record.path}: cannot write ({exc.strerror or exc})") from None
         # From here run.json says "running" until the final write below; a watcher process finishes it
         # if this process dies first (SIGKILL, os._exit, a crash), whatever the program does.
         watcher.start(record.path, _temporary_files(rank))
@@ -242,7 +244,7 @@ def _run(
         record.warn(f"could not write {record.path.name}: {exc.strerror or exc}")
     watcher.release()
     for message in record.data["warnings"]:
-        sys.stderr.write(f"traceadvisor: warning: {_one_line(message)}\n")
+        warn(message)
     analysis_code = 0
     files = session.analysis_files()
     if analyze and files and rank == 0:
@@ -252,7 +254,7 @@ def _run(
     if outcome.code:
         return outcome.code
     if not session.files:
-        sys.stderr.write("traceadvisor: error: no trace was captured (see the warnings above)\n")
+        error("no trace was captured (see the warnings above)")
         return EXIT_BAD_INPUT
     return analysis_code
 
@@ -260,33 +262,28 @@ def _run(
 def _analyze(
     paths: list[Path], fmt: str, output: Path | None, select: list[str] | None, ignore: list[str] | None, start: Path
 ) -> int:
-    """The same code path as ``traceadvisor analyze`` (options, warnings, rendering, errors), with the
-    configuration found from ``start``, the folder capture was started in (the program may have
-    changed its working folder)."""
-    from traceadvisor import cli
+    """Analyse the captured traces and write the report as ``traceadvisor analyze`` would (the same
+    library calls, warnings, errors and output), with the configuration found from ``start``, the
+    folder capture was started in (the program may have changed its working folder). Returns the
+    exit code: 0, or 2 after one error line."""
+    from traceadvisor.console import analyze_or_fail, report_destination, to_terminal, write_report
+    from traceadvisor.pipeline import configure
+    from traceadvisor.report import render
 
     names = ", ".join(p.name for p in paths)
     sys.stderr.write(f"traceadvisor: analysing {names}\n")
     sys.stderr.flush()
     try:
-        with _working_folder(start):
-            cli.analyze(
-                traces=paths,
-                fmt=cli.Format(fmt),
-                output=output,
-                fail_on=None,
-                max_size_gib=16.0,
-                select=select,
-                ignore=ignore,
-                rules_dir=None,
-                config=None,
-            )
+        with _working_folder(start):  # a relative --output is the start folder's too, as in analyze
+            destination = report_destination(output, paths)
+            try:
+                cfg = configure(select=select, ignore=ignore)
+            except UsageError as exc:
+                raise fail(str(exc)) from None
+            report = analyze_or_fail(paths, cfg, MAX_ANALYSIS_BYTES)
+            write_report(render(report, fmt, color=to_terminal(destination)), destination)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
-    finally:
-        # ``cli.run`` ends the process with os._exit once ``analyze`` has written a report, skipping
-        # the interpreter's teardown; after a capture the program's atexit handlers must still run.
-        cli._report_written = False
     return 0
 
 
@@ -365,11 +362,11 @@ def _check_rule_selection(select: list[str] | None, ignore: list[str] | None) ->
     """Reject an unknown --select/--ignore before the program runs, not after an hour of training."""
     if not select and not ignore:
         return
-    from traceadvisor import cli
     from traceadvisor.engine.registry import discover
     from traceadvisor.engine.runner import select as select_rules
+    from traceadvisor.pipeline import configure
 
-    cfg = cli._config(None, select, ignore, None)
+    cfg = configure(select=select, ignore=ignore)
     select_rules(discover(cfg.rules_dirs), cfg)
 
 
@@ -393,16 +390,3 @@ def _python_warnings() -> Iterator[None]:
         warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         yield
-
-
-def _fail(message: str) -> typer.Exit:
-    sys.stderr.write(f"traceadvisor: error: {_one_line(message)}\n")
-    return typer.Exit(code=EXIT_BAD_INPUT)
-
-
-def _one_line(text: str) -> str:
-    """One safe stderr line: a message may quote a file name or the program's exception, which can
-    hold newlines or terminal escapes (see ``report/safe_text.py``)."""
-    from traceadvisor.report.safe_text import one_line
-
-    return one_line(text)

@@ -1,1 +1,34 @@
-"""Reports: the analysis as data (``summary``), and its renderings (JSON, text, Markdown)."""
+"""Reports: the analysis as typed data (``model``, ``finding``) and its renderings (JSON, text, Markdown).
+
+``render(report, fmt)`` is the one way the command line, ``capture`` and the advisor turn a
+``Report`` into bytes. Each renderer is imported when its format is asked for: ``rich`` (text)
+costs tens of milliseconds that a JSON report does not need, and this package is imported by
+every rule (``report.finding``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traceadvisor.report.model import Report
+
+FORMATS = ("text", "json", "markdown")
+
+
+def render(report: Report, fmt: str, *, color: bool = False) -> bytes:
+    """``report`` as ``fmt`` (``text``, ``json`` or ``markdown``), UTF-8; ``color`` adds ANSI styles
+    to the text report (for a terminal). Raises ``ValueError`` for another format."""
+    if fmt == "json":
+        from traceadvisor.report import render_json
+
+        return render_json.render(report)
+    if fmt == "markdown":
+        from traceadvisor.report import render_markdown
+
+        return render_markdown.render(report).encode()
+    if fmt == "text":
+        from traceadvisor.report import render_text
+
+        return render_text.render(report, color=color).encode()
+    raise ValueError(f"unknown report format {fmt!r}: use {', '.join(FORMATS)}")

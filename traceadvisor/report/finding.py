@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from numbers import Integral, Real
@@ -95,6 +95,23 @@ class Finding:
             "trace": self.trace,
             "data": dict(self.data),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Finding:
+        """A finding back from ``to_dict``'s form (the advisor's worker pipe)."""
+        impact, location = d.get("impact"), d.get("location")
+        return cls(
+            code=str(d.get("code", "")),
+            rule=str(d.get("rule", "")),
+            severity=Severity(d.get("severity", "low")),
+            message=str(d.get("message", "")),
+            recommendation=str(d.get("recommendation", "")),
+            impact=Impact(**impact) if isinstance(impact, Mapping) else None,
+            location=Location(**location) if isinstance(location, Mapping) else None,
+            evidence=tuple(Evidence(**e) for e in d.get("evidence") or ()),
+            trace=str(d.get("trace", "")),
+            data=dict(d.get("data") or {}),
+        )
 
 
 def problem_with(f: Finding) -> str | None:

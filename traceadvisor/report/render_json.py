@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from traceadvisor.pipeline import Report
+from traceadvisor.report.model import Report
 
 
 def _enc_hook(obj: Any) -> Any:

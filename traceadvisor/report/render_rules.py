@@ -5,16 +5,18 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+from typing import TYPE_CHECKING, Any
 
-from traceadvisor.engine.rule import Rule
+if TYPE_CHECKING:  # only read: code, name, severity, requires, Options and the docstring (report/ renders data)
+    from traceadvisor.engine.rule import Rule
 
 
-def summary_line(cls: type[Rule]) -> str:
+def summary_line(cls: type[Rule[Any]]) -> str:
     """The first line of a rule's docstring."""
     return inspect.cleandoc(cls.__doc__ or "").splitlines()[0].strip()
 
 
-def rows(classes: list[type[Rule]]) -> list[dict[str, object]]:
+def rows(classes: list[type[Rule[Any]]]) -> list[dict[str, object]]:
     """One plain row per rule, sorted by code."""
     return [
         {
@@ -29,7 +31,7 @@ def rows(classes: list[type[Rule]]) -> list[dict[str, object]]:
     ]
 
 
-def render(classes: list[type[Rule]], fmt: str) -> str:
+def render(classes: list[type[Rule[Any]]], fmt: str) -> str:
     """``table`` (plain text), ``json`` or ``markdown`` (the README's rule table)."""
     data = rows(classes)
     if fmt == "json":
@@ -46,7 +48,7 @@ def render(classes: list[type[Rule]], fmt: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def explain(cls: type[Rule]) -> str:
+def explain(cls: type[Rule[Any]]) -> str:
     """A rule's page: metadata header plus its docstring (Markdown)."""
     doc = inspect.cleandoc(cls.__doc__ or "")
     title, _, body = doc.partition("\n")

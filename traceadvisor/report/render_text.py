@@ -8,23 +8,34 @@ control characters, names shortened. Long tables print their first and last rows
 from __future__ import annotations
 
 import io
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from traceadvisor.pipeline import Report
-from traceadvisor.report.config_note import config_note
-from traceadvisor.report.roofline_notes import ABOVE_ROOF_NOTE, above_roof
-from traceadvisor.report.rows import ROW_LIMIT, elide, hidden_steps_line
+from traceadvisor.report.format import (
+    ABOVE_ROOF_NOTE,
+    ROOFLINE_DTYPES,
+    ROW_LIMIT,
+    above_roof,
+    elide,
+    figures_by_source,
+    hidden_steps_line,
+    more_warnings_line,
+    num,
+)
+from traceadvisor.report.format import ms as _ms
+from traceadvisor.report.model import (
+    AnnotationSummary,
+    ConfigInfo,
+    Report,
+    RooflineSummary,
+    StepSummary,
+    TraceSummary,
+)
 from traceadvisor.report.safe_text import TEXT_LIMIT, terminal
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
-
-
-def _ms(us_value: float) -> str:
-    return f"{us_value / 1000:.3f} ms"
 
 
 def _name(value: object) -> str:
@@ -62,52 +73,50 @@ def render(report: Report, width: int = 120, color: bool = False) -> str:
     return buf.getvalue()
 
 
-def _config(console: Console, config: dict[str, Any] | None) -> None:
+def _config(console: Console, config: ConfigInfo | None) -> None:
     """One line naming the configuration file that applied (none: no line)."""
-    note = config_note(config)
+    note = config.note() if config is not None else None
     if note is not None:
         console.print(f"config: {_text(note[0])} ({_text(note[1])})")
 
 
-def _trace(console: Console, t: dict[str, Any]) -> None:
-    dev = t.get("device") or {}
-    name = dev.get("name") or ("CPU only" if t["platform"] == "cpu" else f"GPU {dev.get('id')}")
-    rank = "" if t.get("rank") is None else f"  rank {_name(t['rank'])}"
-    console.print(Text(f"{_text(t['path'])}{rank}", style="bold"))
-    console.print(f"  device: {_name(name)} ({_name(t['platform'])})")
+def _trace(console: Console, t: TraceSummary) -> None:
+    dev = t.device
+    dev_id = dev.id if dev is not None else None
+    name = (dev.name if dev is not None else None) or ("CPU only" if t.platform == "cpu" else f"GPU {dev_id}")
+    rank = "" if t.rank is None else f"  rank {_name(t.rank)}"
+    console.print(Text(f"{_text(t.path)}{rank}", style="bold"))
+    console.print(f"  device: {_name(name)} ({_name(t.platform)})")
     console.print(
-        f"  window: {_ms(t['window_us'])} ({_name(t['window_basis'])}), GPU busy {t['gpu_busy_pct']:.1f}% "
-        f"({_ms(t['gpu_busy_us'])}), idle {_ms(t['gpu_idle_us'])}, {t['kernel_count']} kernels"
+        f"  window: {_ms(t.window_us)} ({_name(t.window_basis)}), GPU busy {t.gpu_busy_pct:.1f}% "
+        f"({_ms(t.gpu_busy_us)}), idle {_ms(t.gpu_idle_us)}, {t.kernel_count} kernels"
     )
-    warnings = t.get("warnings", [])
-    for w in warnings[:ROW_LIMIT]:
+    for w in t.warnings[:ROW_LIMIT]:
         console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(w)}"))
-    if len(warnings) > ROW_LIMIT:
-        console.print(f"  … {len(warnings) - ROW_LIMIT:,} more warnings (the JSON report lists them all)")
-    if t["steps"]:
-        _steps(console, t["steps"])
-    if t.get("idle_breakdown"):
-        parts = ", ".join(
-            f"{_name(b['cause'])} {_ms(b['idle_us'])} ({b['share_pct']:.0f}%)" for b in t["idle_breakdown"]
-        )
+    more = more_warnings_line(t.warnings)
+    if more is not None:
+        console.print(f"  {more}")
+    if t.steps:
+        _steps(console, t.steps)
+    if t.idle_breakdown:
+        parts = ", ".join(f"{_name(b.cause)} {_ms(b.idle_us)} ({b.share_pct:.0f}%)" for b in t.idle_breakdown)
         console.print(f"  GPU idle by cause: {parts}")
-    if t["top_kernels"]:
+    if t.top_kernels:
         tab = Table(box=None, pad_edge=False, show_edge=False)
         tab.add_column("top kernels", overflow="ellipsis", no_wrap=True, max_width=80)
         tab.add_column("calls", justify="right")
         tab.add_column("time", justify="right")
         tab.add_column("share", justify="right")
-        for k in t["top_kernels"]:
-            tab.add_row(_name(k["name"]), str(k["count"]), _ms(k["total_us"]), f"{k['share_pct']:.1f}%")
+        for k in t.top_kernels:
+            tab.add_row(_name(k.name), str(k.count), _ms(k.total_us), f"{k.share_pct:.1f}%")
         console.print(tab)
-    if t.get("annotations"):
-        _annotations(console, t["annotations"])
-    if t.get("roofline"):
-        _roofline(console, t["roofline"])
+    if t.annotations is not None:
+        _annotations(console, t.annotations)
+    _roofline(console, t.roofline)
     console.print()
 
 
-def _steps(console: Console, steps: list[dict[str, Any]]) -> None:
+def _steps(console: Console, steps: tuple[StepSummary, ...]) -> None:
     """The steps table: every step, or the first and last with the spread of those between."""
     first, hidden, last = elide(steps)
     tab = Table(title=None, box=None, pad_edge=False, show_edge=False)
@@ -115,110 +124,96 @@ def _steps(console: Console, steps: list[dict[str, Any]]) -> None:
     for col in ("CPU time", "GPU time", "GPU busy"):
         tab.add_column(col, justify="right")
     for s in first:
-        tab.add_row(_name(s["name"]), _ms(s["cpu_dur_us"]), _ms(s["gpu_dur_us"]), f"{s['gpu_busy_pct']:.1f}%")
+        tab.add_row(_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%")
     if hidden:
         tab.add_row(f"… {len(hidden):,} more", "", "", "")
     for s in last:
-        tab.add_row(_name(s["name"]), _ms(s["cpu_dur_us"]), _ms(s["gpu_dur_us"]), f"{s['gpu_busy_pct']:.1f}%")
+        tab.add_row(_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%")
     console.print(tab)
     if hidden:
         console.print(f"  {hidden_steps_line(hidden)}")
 
 
-def _annotations(console: Console, a: dict[str, Any]) -> None:
+def _annotations(console: Console, a: AnnotationSummary) -> None:
     """Time per top-level user annotation, the rest of the steps' time, and the bottleneck."""
-    kind = "GPU" if a["basis"] == "gpu" else "CPU"
+    kind = "GPU" if a.basis == "gpu" else "CPU"
     tab = Table(box=None, pad_edge=False, show_edge=False)
     tab.add_column("annotation", overflow="ellipsis", no_wrap=True, max_width=80)
     tab.add_column(f"{kind} time", justify="right")
     tab.add_column("share", justify="right")
     tab.add_column("calls", justify="right")
-    first, hidden, last = elide(a["rows"])
+    first, hidden, last = elide(a.rows)
     for r in first:
-        tab.add_row(_name(r["name"]), _ms(r["time_us"]), f"{r['share_pct']:.1f}%", str(r["calls"]))
+        tab.add_row(_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls))
     if hidden:
         tab.add_row(
             f"… {len(hidden):,} more annotations",
-            _ms(sum(r["time_us"] for r in hidden)),
-            f"{sum(r['share_pct'] for r in hidden):.1f}%",
-            str(sum(r["calls"] for r in hidden)),
+            _ms(sum(r.time_us for r in hidden)),
+            f"{sum(r.share_pct for r in hidden):.1f}%",
+            str(sum(r.calls for r in hidden)),
         )
     for r in last:
-        tab.add_row(_name(r["name"]), _ms(r["time_us"]), f"{r['share_pct']:.1f}%", str(r["calls"]))
-    tab.add_row("(outside annotations)", _ms(a["unannotated_us"]), f"{a['unannotated_pct']:.1f}%", "")
+        tab.add_row(_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls))
+    tab.add_row("(outside annotations)", _ms(a.unannotated_us), f"{a.unannotated_pct:.1f}%", "")
     console.print(tab)
-    if a["basis"] != "gpu":
+    if a.basis != "gpu":
         console.print("  (CPU time: the trace has no GPU activity)")
-    if a.get("bottleneck"):
-        console.print(f"  {_text(a['bottleneck']['message'])}")
+    if a.bottleneck is not None:
+        console.print(f"  {_text(a.bottleneck.message)}")
 
 
 def _findings(console: Console, report: Report) -> None:
     if not report.findings:
         console.print("No findings.")
     for i, f in enumerate(report.findings, 1):
-        sev = f.get("severity", "low")
-        impact = f.get("impact") or {}
-        head = f"{i}. [{_name(sev)}] {_name(f['rule'])} ({_name(f['code'])}): "
-        console.print(Text(head, style=_SEVERITY_STYLE.get(sev, "")) + Text(_text(f["message"])))
-        if impact:
+        sev = f.severity.value
+        head = f"{i}. [{_name(sev)}] {_name(f.rule)} ({_name(f.code)}): "
+        console.print(Text(head, style=_SEVERITY_STYLE.get(sev, "")) + Text(_text(f.message)))
+        if f.impact is not None:
             console.print(
-                f"   impact: {_ms(impact.get('time_us', 0.0))} ({impact.get('share_pct', 0.0):.1f}% of the step): "
-                f"{_text(impact.get('basis', ''))}"
+                f"   impact: {_ms(f.impact.time_us)} ({f.impact.share_pct:.1f}% of the step): {_text(f.impact.basis)}"
             )
-        loc = f.get("location")
-        if loc:
-            console.print(f"   at: {_text(loc.get('file'))}:{_name(loc.get('line'))} in {_name(loc.get('function'))}")
-        console.print(f"   fix: {_text(f['recommendation'])}")
+        loc = f.location
+        if loc is not None:
+            console.print(f"   at: {_text(loc.file)}:{_name(loc.line)} in {_name(loc.function)}")
+        console.print(f"   fix: {_text(f.recommendation)}")
     for s in report.skipped:
-        console.print(f"skipped {_name(s['rule'])}: {_text(s['reason'])}")
+        console.print(f"skipped {_name(s.rule)}: {_text(s.reason)}")
     for e in report.errors:
-        console.print(Text.assemble(("rule error", "red"), f" {_name(e['rule'])}: {_text(e['error'])}"))
+        console.print(Text.assemble(("rule error", "red"), f" {_name(e.rule)}: {_text(e.error)}"))
 
 
-_ROOFLINE_DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
-
-
-def _roofline(console: Console, r: dict[str, Any]) -> None:
+def _roofline(console: Console, r: RooflineSummary) -> None:
     """Peaks used (and their sources), time by bound, and the top kernels on the roofline."""
-    p = r.get("peaks")
+    p = r.peaks
     if p is None:
-        console.print(f"  roofline: {_text(r['reason'])}")
+        console.print(f"  roofline: {_text(r.reason)}")
         return
-    flops = ", ".join(f"{d} {p['tflops'][d]:g}" for d in _ROOFLINE_DTYPES if p["tflops"].get(d))
-    console.print(
-        f"  roofline peaks ({_name(p['model'] or p['device'])}): {p['memory_bandwidth_gbs']:g} GB/s; TFLOP/s {flops}"
-    )
-    by_source: dict[str, list[str]] = {}
-    for figure, source in p["sources"].items():
-        by_source.setdefault(source, []).append(figure)
-    for source, figures in by_source.items():
+    flops = ", ".join(f"{d} {p.tflops[d]:g}" for d in ROOFLINE_DTYPES if p.tflops.get(d))
+    console.print(f"  roofline peaks ({_name(p.model or p.device)}): {p.memory_bandwidth_gbs:g} GB/s; TFLOP/s {flops}")
+    for source, figures in figures_by_source(p.sources).items():
         console.print(f"    {', '.join(figures)}: {_text(source)}")
-    bounds = ", ".join(f"{b['bound']} {b['share_pct']:.1f}%" for b in r["by_bound"])
-    console.print(f"  roofline covers {r['modelled_pct']:.1f}% of kernel time: {bounds or 'no modelled kernels'}")
-    if not r["top_kernels"]:
+    bounds = ", ".join(f"{b.bound} {b.share_pct:.1f}%" for b in r.by_bound)
+    console.print(f"  roofline covers {r.modelled_pct:.1f}% of kernel time: {bounds or 'no modelled kernels'}")
+    if not r.top_kernels:
         return
     tab = Table(box=None, pad_edge=False, show_edge=False)
     tab.add_column("roofline kernel", overflow="ellipsis", no_wrap=True, max_width=34)
     tab.add_column("op", overflow="ellipsis", no_wrap=True, max_width=22)
     for col in ("dtype", "time", "FLOP/B", "TFLOP/s", "GB/s", "roof", "bound"):
         tab.add_column(col, justify="left" if col in ("dtype", "bound") else "right", no_wrap=True)
-    for k in r["top_kernels"]:
+    for k in r.top_kernels:
         tab.add_row(
-            _name(k["name"]),
-            _name(k["op"]),
-            _name(k["dtype"]),
-            _ms(k["time_us"]),
-            _fmt(k["intensity"], ".1f"),
-            _fmt(k["achieved_tflops"], ".1f"),
-            _fmt(k["achieved_gbs"], ".0f"),
-            _fmt(k["roof_pct"], ".0f", "%"),
-            _name(k["bound"]),
+            _name(k.name),
+            _name(k.op),
+            _name(k.dtype),
+            _ms(k.time_us),
+            num(k.intensity, ".1f"),
+            num(k.achieved_tflops, ".1f"),
+            num(k.achieved_gbs, ".0f"),
+            num(k.roof_pct, ".0f", "%"),
+            _name(k.bound),
         )
     console.print(tab)
-    if above_roof(r["top_kernels"]):
+    if above_roof(r.top_kernels):
         console.print(f"  {ABOVE_ROOF_NOTE}")
-
-
-def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if v is None else f"{v:{spec}}{suffix}"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from traceadvisor.console import fail
 from traceadvisor.errors import UsageError
 from traceadvisor.workloads import registry
 
@@ -20,11 +21,11 @@ def workloads(
 ) -> None:
     """List the reference workloads that 'traceadvisor capture --workload NAME' runs."""
     if fmt not in FORMATS:
-        _fail(f"unknown format {fmt!r}: use table, json or markdown")
+        raise fail(f"unknown format {fmt!r}: use table, json or markdown")
     try:
         chosen = [registry.get(name)] if name is not None else registry.all()
     except UsageError as exc:
-        _fail(str(exc))
+        raise fail(str(exc)) from None
     if fmt == "json":
         sys.stdout.write(json.dumps([_row(w) for w in chosen], indent=2) + "\n")
     elif fmt == "markdown" or name is not None:
@@ -75,8 +76,3 @@ def _plain(text: str) -> str:
 def _md(text: str) -> str:
     """Docstring text for Markdown: ````x```` literals become ```x```."""
     return text.replace("``", "`")
-
-
-def _fail(message: str) -> NoReturn:
-    sys.stderr.write(f"traceadvisor: error: {message}\n")
-    raise typer.Exit(code=2)

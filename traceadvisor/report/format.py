@@ -1,0 +1,91 @@
+"""Formatting shared by the text and Markdown reports (and the next HTML one): numbers, long
+tables, the roofline's notes. Presentation only: no pandas, no escaping (each renderer escapes
+names its own way, ``safe_text``).
+
+Long tables: a trace of 200,000 steps made a 10 MB text report that took 53 s to print; nobody
+reads that table. Long tables keep their first and last rows (the warm-up and the steady state)
+and say what the rows in between hold in one line. The JSON report keeps every row.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+from traceadvisor.report.model import RooflineKernel, StepSummary
+
+T = TypeVar("T")
+
+ROW_LIMIT = 20  # a table of up to this many rows prints whole
+HEAD_ROWS = 10
+TAIL_ROWS = 5
+
+# The dtypes the text report lists in the roofline's peak line, in this order.
+ROOFLINE_DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
+
+# A kernel cannot move its compulsory bytes faster than the DRAM peak; when the figures say it
+# did, the bytes came from the L2 cache (inputs the previous kernel left there: 50 MB on an H100)
+# or an input was broadcast (expanded, stride 0) and is counted at its full size, since the
+# profiler records shapes but not strides.
+ABOVE_ROOF_NOTE = (
+    "roof above 100%: faster than DRAM allows, so inputs came from the L2 cache or an expanded "
+    "(broadcast) input is counted at full size (the trace records no strides)"
+)
+
+
+def ms(us_value: float) -> str:
+    """Microseconds as milliseconds with three decimals (``1.234 ms``)."""
+    return f"{us_value / 1000:.3f} ms"
+
+
+def pct(value: float) -> str:
+    return f"{value:.1f}%"
+
+
+def num(v: float | None, spec: str, suffix: str = "") -> str:
+    """A figure the trace may not give (None: ``-``)."""
+    return "-" if v is None else f"{v:{spec}}{suffix}"
+
+
+def elide(rows: Sequence[T], limit: int = ROW_LIMIT) -> tuple[list[T], list[T], list[T]]:
+    """``(first, hidden, last)``: all of ``rows`` as ``first`` when there are at most ``limit``."""
+    if len(rows) <= limit:
+        return list(rows), [], []
+    return list(rows[:HEAD_ROWS]), list(rows[HEAD_ROWS:-TAIL_ROWS]), list(rows[-TAIL_ROWS:])
+
+
+def spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    """``min a / median b / max c`` of ``values`` (not empty)."""
+    return f"min {fmt(min(values))} / median {fmt(statistics.median(values))} / max {fmt(max(values))}"
+
+
+def hidden_steps_line(hidden: Sequence[StepSummary]) -> str:
+    """One line on the steps a table leaves out: how many, and the spread of each column."""
+    cpu = [float(s.cpu_dur_us) for s in hidden]
+    gpu = [float(s.gpu_dur_us) for s in hidden]
+    busy = [float(s.gpu_busy_pct) for s in hidden]
+    return (
+        f"{len(hidden):,} steps not shown: CPU time {spread(cpu, ms)}; "
+        f"GPU time {spread(gpu, ms)}; GPU busy {spread(busy, pct)}"
+    )
+
+
+def more_warnings_line(warnings: Sequence[str]) -> str | None:
+    """The line that stands for the warnings past ``ROW_LIMIT`` (None: all are printed)."""
+    if len(warnings) <= ROW_LIMIT:
+        return None
+    return f"… {len(warnings) - ROW_LIMIT:,} more warnings (the JSON report lists them all)"
+
+
+def figures_by_source(sources: Mapping[str, str]) -> dict[str, list[str]]:
+    """The roofline's peak figures grouped by where they came from, sources in first-seen order."""
+    by_source: dict[str, list[str]] = {}
+    for figure, source in sources.items():
+        by_source.setdefault(source, []).append(figure)
+    return by_source
+
+
+def above_roof(rows: Sequence[RooflineKernel]) -> bool:
+    """Whether any memory-bound kernel of the roofline table claims more than the bandwidth peak."""
+    return any((k.roof_pct or 0.0) > 100.0 and k.bound == "memory" for k in rows)

@@ -1,0 +1,572 @@
+"""The report as typed data: what ``analyze`` found, built once by the pipeline, read by every renderer.
+
+Frozen dataclasses, one per object of the JSON report (schema in the README), each with
+``to_dict`` (exactly the JSON report's object, keys in its order) and ``from_dict`` (its inverse,
+for the advisor's worker pipe and for tests). Dicts exist only at those two edges: the JSON
+renderer and the pipe. Times are microseconds computed from exact nanoseconds (``ns / 1000``).
+
+This module imports no pipeline, trace or analysis code (an import-linter contract): it is plain
+data that a renderer, the advisor or a test can build and read without pandas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceadvisor import __version__
+from traceadvisor.report.finding import Finding, Severity
+
+SCHEMA_VERSION = 1
+
+# A value the report passes on as the trace gave it (``deviceProperties`` entries are not
+# validated by the loader: a hostile trace may put any JSON value there).
+JsonValue = Any
+
+
+def _dicts(items: tuple[Any, ...]) -> list[dict[str, Any]]:
+    return [i.to_dict() for i in items]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """``traces[].device``: the main device and what its ``deviceProperties`` entry says.
+
+    ``known``: the trace had a (non-empty) properties entry for it; only then does the JSON object
+    carry ``name`` (even when null), and the other figures only where the entry had them."""
+
+    id: int | None
+    known: bool = False
+    name: JsonValue = None
+    compute_capability: str | None = None
+    sm_count: JsonValue = None
+    memory_bytes: JsonValue = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id}
+        if not self.known:
+            return out
+        out["name"] = self.name
+        for key in ("compute_capability", "sm_count", "memory_bytes"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DeviceInfo:
+        return cls(
+            id=d.get("id"),
+            known="name" in d,
+            name=d.get("name"),
+            compute_capability=d.get("compute_capability"),
+            sm_count=d.get("sm_count"),
+            memory_bytes=d.get("memory_bytes"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSummary:
+    """``traces[].devices[]``: one device's busy and idle time inside the analysis window."""
+
+    id: int
+    busy_us: float
+    idle_us: float
+    busy_pct: float
+    kernel_count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "busy_us": self.busy_us,
+            "idle_us": self.idle_us,
+            "busy_pct": self.busy_pct,
+            "kernel_count": self.kernel_count,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DeviceSummary:
+        return cls(d["id"], d["busy_us"], d["idle_us"], d["busy_pct"], d["kernel_count"])
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """``traces[].steps[]``: one profiler step's CPU span, GPU span (``gpu_start_us`` None: no GPU
+    work) and the main device's busy time inside the GPU span."""
+
+    name: str
+    step: int
+    cpu_start_us: float
+    cpu_dur_us: float
+    gpu_start_us: float | None
+    gpu_dur_us: float
+    gpu_busy_us: float
+    gpu_busy_pct: float
+    gpu_window_basis: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "step": self.step,
+            "cpu_start_us": self.cpu_start_us,
+            "cpu_dur_us": self.cpu_dur_us,
+            "gpu_start_us": self.gpu_start_us,
+            "gpu_dur_us": self.gpu_dur_us,
+            "gpu_busy_us": self.gpu_busy_us,
+            "gpu_busy_pct": self.gpu_busy_pct,
+            "gpu_window_basis": self.gpu_window_basis,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepSummary:
+        return cls(
+            d["name"],
+            d["step"],
+            d["cpu_start_us"],
+            d["cpu_dur_us"],
+            d["gpu_start_us"],
+            d["gpu_dur_us"],
+            d["gpu_busy_us"],
+            d["gpu_busy_pct"],
+            d["gpu_window_basis"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSummary:
+    """``traces[].top_kernels[]``: a kernel name's calls and total time in the window."""
+
+    name: str
+    count: int
+    total_us: float
+    share_pct: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "count": self.count, "total_us": self.total_us, "share_pct": self.share_pct}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> KernelSummary:
+        return cls(d["name"], d["count"], d["total_us"], d["share_pct"])
+
+
+@dataclass(frozen=True, slots=True)
+class IdleCauseSummary:
+    """``traces[].idle_breakdown[]``: GPU idle time of one primary cause, the rule that claims the
+    cause (None: no loaded rule does), and the cause's largest detail."""
+
+    cause: str
+    idle_us: float
+    gaps: int
+    share_pct: float
+    claimed_by: str | None
+    top_detail: str
+    top_detail_us: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "idle_us": self.idle_us,
+            "gaps": self.gaps,
+            "share_pct": self.share_pct,
+            "claimed_by": self.claimed_by,
+            "top_detail": self.top_detail,
+            "top_detail_us": self.top_detail_us,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> IdleCauseSummary:
+        return cls(
+            d["cause"], d["idle_us"], d["gaps"], d["share_pct"], d["claimed_by"], d["top_detail"], d["top_detail_us"]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationRow:
+    """``traces[].annotations.rows[]``: one top-level annotation name's time, share and calls."""
+
+    name: str
+    time_us: float
+    share_pct: float
+    calls: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "time_us": self.time_us, "share_pct": self.share_pct, "calls": self.calls}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AnnotationRow:
+        return cls(d["name"], d["time_us"], d["share_pct"], d["calls"])
+
+
+@dataclass(frozen=True, slots=True)
+class Bottleneck:
+    """``traces[].annotations.bottleneck``: the annotation with the most time and what to do about it."""
+
+    name: str
+    share_pct: float
+    advice: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "share_pct": self.share_pct, "advice": self.advice, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Bottleneck:
+        return cls(d["name"], d["share_pct"], d["advice"], d["message"])
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationSummary:
+    """``traces[].annotations``: time per top-level user annotation (``basis`` ``gpu`` or ``cpu``)."""
+
+    basis: str
+    total_us: float
+    unannotated_us: float
+    unannotated_pct: float
+    rows: tuple[AnnotationRow, ...]
+    bottleneck: Bottleneck | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "basis": self.basis,
+            "total_us": self.total_us,
+            "unannotated_us": self.unannotated_us,
+            "unannotated_pct": self.unannotated_pct,
+            "rows": _dicts(self.rows),
+            "bottleneck": self.bottleneck.to_dict() if self.bottleneck is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AnnotationSummary:
+        b = d.get("bottleneck")
+        return cls(
+            d["basis"],
+            d["total_us"],
+            d["unannotated_us"],
+            d["unannotated_pct"],
+            tuple(AnnotationRow.from_dict(r) for r in d["rows"]),
+            Bottleneck.from_dict(b) if b is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RooflinePeaks:
+    """``traces[].roofline.peaks``: the device's peaks (TFLOP/s per dtype, None: no such unit) and
+    where each figure came from."""
+
+    device: str
+    model: str | None
+    sm_count: int | None
+    memory_bandwidth_gbs: float
+    tflops: Mapping[str, float | None]
+    sources: Mapping[str, str]
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "model": self.model,
+            "sm_count": self.sm_count,
+            "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
+            "tflops": dict(self.tflops),
+            "sources": dict(self.sources),
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RooflinePeaks:
+        return cls(
+            d["device"],
+            d["model"],
+            d["sm_count"],
+            d["memory_bandwidth_gbs"],
+            dict(d["tflops"]),
+            dict(d["sources"]),
+            d["note"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BoundShare:
+    """``traces[].roofline.by_bound[]``: modelled kernel time limited by one bound."""
+
+    bound: str
+    time_us: float
+    share_pct: float
+    kernels: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bound": self.bound, "time_us": self.time_us, "share_pct": self.share_pct, "kernels": self.kernels}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BoundShare:
+        return cls(d["bound"], d["time_us"], d["share_pct"], d["kernels"])
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineKernel:
+    """``traces[].roofline.top_kernels[]``: one (kernel, launching op, dtype) on the roofline; a
+    figure the trace cannot give is None."""
+
+    name: str
+    op: str
+    dtype: str
+    count: int
+    time_us: float
+    share_pct: float
+    gflop: float | None
+    mbytes: float
+    intensity: float | None
+    achieved_tflops: float | None
+    achieved_gbs: float | None
+    peak_tflops: float | None
+    peak_figure: str | None
+    roof_pct: float | None
+    bound: str
+    basis: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RooflineKernel:
+        return cls(**{name: d[name] for name in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineSummary:
+    """``traces[].roofline``: peaks (or the reason there are none), time by bound, top kernels, and
+    the text of each basis the figures shown rest on."""
+
+    available: bool
+    reason: str
+    peaks: RooflinePeaks | None
+    kernel_time_us: float = 0.0
+    modelled_time_us: float = 0.0
+    modelled_pct: float = 0.0
+    by_bound: tuple[BoundShare, ...] = ()
+    top_kernels: tuple[RooflineKernel, ...] = ()
+    bases: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "available": self.available,
+            "reason": self.reason,
+            "peaks": self.peaks.to_dict() if self.peaks is not None else None,
+            "kernel_time_us": self.kernel_time_us,
+            "modelled_time_us": self.modelled_time_us,
+            "modelled_pct": self.modelled_pct,
+            "by_bound": _dicts(self.by_bound),
+            "top_kernels": _dicts(self.top_kernels),
+            "bases": dict(self.bases),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RooflineSummary:
+        p = d.get("peaks")
+        return cls(
+            d["available"],
+            d["reason"],
+            RooflinePeaks.from_dict(p) if p is not None else None,
+            d["kernel_time_us"],
+            d["modelled_time_us"],
+            d["modelled_pct"],
+            tuple(BoundShare.from_dict(b) for b in d["by_bound"]),
+            tuple(RooflineKernel.from_dict(k) for k in d["top_kernels"]),
+            dict(d["bases"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSummary:
+    """``traces[]``: one trace's device, analysis window, GPU busy time, steps, top kernels, idle
+    time by cause, roofline, annotations, capture flags and load warnings."""
+
+    path: str
+    rank: int | None
+    platform: str
+    device: DeviceInfo | None
+    window_us: float
+    window_start_us: float
+    window_basis: str
+    gpu_busy_us: float
+    gpu_idle_us: float
+    gpu_busy_pct: float
+    kernel_count: int
+    devices: tuple[DeviceSummary, ...]
+    steps: tuple[StepSummary, ...]
+    top_kernels: tuple[KernelSummary, ...]
+    idle_breakdown: tuple[IdleCauseSummary, ...]
+    roofline: RooflineSummary
+    annotations: AnnotationSummary | None
+    capture: Mapping[str, bool]
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "rank": self.rank,
+            "platform": self.platform,
+            "device": self.device.to_dict() if self.device is not None else None,
+            "window_us": self.window_us,
+            "window_start_us": self.window_start_us,
+            "window_basis": self.window_basis,
+            "gpu_busy_us": self.gpu_busy_us,
+            "gpu_idle_us": self.gpu_idle_us,
+            "gpu_busy_pct": self.gpu_busy_pct,
+            "kernel_count": self.kernel_count,
+            "devices": _dicts(self.devices),
+            "steps": _dicts(self.steps),
+            "top_kernels": _dicts(self.top_kernels),
+            "idle_breakdown": _dicts(self.idle_breakdown),
+            "roofline": self.roofline.to_dict(),
+            "annotations": self.annotations.to_dict() if self.annotations is not None else None,
+            "capture": dict(self.capture),
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TraceSummary:
+        device, annotations = d.get("device"), d.get("annotations")
+        return cls(
+            path=d["path"],
+            rank=d["rank"],
+            platform=d["platform"],
+            device=DeviceInfo.from_dict(device) if device is not None else None,
+            window_us=d["window_us"],
+            window_start_us=d["window_start_us"],
+            window_basis=d["window_basis"],
+            gpu_busy_us=d["gpu_busy_us"],
+            gpu_idle_us=d["gpu_idle_us"],
+            gpu_busy_pct=d["gpu_busy_pct"],
+            kernel_count=d["kernel_count"],
+            devices=tuple(DeviceSummary.from_dict(x) for x in d["devices"]),
+            steps=tuple(StepSummary.from_dict(x) for x in d["steps"]),
+            top_kernels=tuple(KernelSummary.from_dict(x) for x in d["top_kernels"]),
+            idle_breakdown=tuple(IdleCauseSummary.from_dict(x) for x in d["idle_breakdown"]),
+            roofline=RooflineSummary.from_dict(d["roofline"]),
+            annotations=AnnotationSummary.from_dict(annotations) if annotations is not None else None,
+            capture=dict(d["capture"]),
+            warnings=tuple(d["warnings"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """``skipped[]``: a rule not run on a trace, and why (a capability the trace lacks)."""
+
+    rule: str
+    code: str
+    trace: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "code": self.code, "trace": self.trace, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Skipped:
+        return cls(d["rule"], d["code"], d["trace"], d["reason"])
+
+
+@dataclass(frozen=True, slots=True)
+class RuleError:
+    """``errors[]``: a rule that failed on a trace (raised, timed out, yielded a bad finding)."""
+
+    rule: str
+    code: str
+    trace: str
+    error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "code": self.code, "trace": self.trace, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RuleError:
+        return cls(d["rule"], d["code"], d["trace"], d["error"])
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigInfo:
+    """``config``: which configuration file applied (``path`` None: none), how it was found, and
+    whether its rules-dir ran (``rules_dir_trusted`` None without a file)."""
+
+    path: str | None = None
+    found_by: str | None = None
+    isolated: bool = False
+    rules_dir_trusted: bool | None = None
+    rules_dirs: tuple[str, ...] = ()
+    skipped_rules_dirs: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "found_by": self.found_by,
+            "isolated": self.isolated,
+            "rules_dir_trusted": self.rules_dir_trusted,
+            "rules_dirs": list(self.rules_dirs),
+            "skipped_rules_dirs": list(self.skipped_rules_dirs),
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ConfigInfo:
+        return cls(
+            d.get("path"),
+            d.get("found_by"),
+            bool(d.get("isolated", False)),
+            d.get("rules_dir_trusted"),
+            tuple(d.get("rules_dirs") or ()),
+            tuple(d.get("skipped_rules_dirs") or ()),
+            tuple(d.get("warnings") or ()),
+        )
+
+    def note(self) -> tuple[str, str] | None:
+        """``(path, how)`` for the text and Markdown reports' config line, e.g. ``("/repo/traceadvisor.toml",
+        "discovered; rules-dir not loaded: not trusted")``; None when no file applied. Unescaped:
+        each renderer escapes the path its own way."""
+        if not self.path:
+            return None
+        how = self.found_by or ""
+        if self.skipped_rules_dirs:
+            how += "; rules-dir not loaded: not trusted"
+        elif self.rules_dirs:
+            how += "; rules-dir loaded"
+        return self.path, how
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything ``analyze`` found; ``to_dict`` is the versioned JSON report."""
+
+    traces: tuple[TraceSummary, ...] = ()
+    findings: tuple[Finding, ...] = ()  # ranked by impact
+    skipped: tuple[Skipped, ...] = ()
+    errors: tuple[RuleError, ...] = ()
+    config: ConfigInfo | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "traceadvisor", "version": __version__},
+            "traces": _dicts(self.traces),
+            "findings": _dicts(self.findings),
+            "skipped": _dicts(self.skipped),
+            "errors": _dicts(self.errors),
+            "config": self.config.to_dict() if self.config is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Report:
+        config = d.get("config")
+        return cls(
+            traces=tuple(TraceSummary.from_dict(t) for t in d.get("traces") or ()),
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings") or ()),
+            skipped=tuple(Skipped.from_dict(s) for s in d.get("skipped") or ()),
+            errors=tuple(RuleError.from_dict(e) for e in d.get("errors") or ()),
+            config=ConfigInfo.from_dict(config) if config is not None else None,
+        )
+
+    def worst_severity(self) -> Severity | None:
+        """The highest severity among the findings (None: no findings)."""
+        return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
