@@ -7,6 +7,7 @@ figures read off the fixture), so a helper that drifted from what the rules comp
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from functools import cache
 from pathlib import Path
 
@@ -203,6 +204,16 @@ def test_evidence_of_names_rows_and_converts_their_times_to_us() -> None:
     assert [e.ts_us for e in evidence_of(gaps, ["a", "b"], start="start_ns")] == [
         s / 1000 for s in gaps["start_ns"].tolist()
     ]
+
+
+def test_evidence_times_round_once_on_an_epoch_clock() -> None:
+    # HTA's rank0 trace counts nanoseconds since 1970: beyond 2**53, where a float holds no odd integer.
+    gaps = idle_attribution(_trace(HTA / "rank0.json.gz")).nlargest(50, "dur_ns")
+    starts = gaps["start_ns"].tolist()
+    assert min(starts) > 2**53
+    ev = evidence_of(gaps, ["gap"] * len(gaps), start="start_ns")
+    assert [e.ts_us for e in ev] == [float(Fraction(s, 1000)) for s in starts]  # the exact quotient, rounded once
+    assert any(e.ts_us != float(s) / 1000 for e, s in zip(ev, starts, strict=True))
 
 
 def test_locations_point_at_the_user_line_of_the_event() -> None:

@@ -142,11 +142,14 @@ def evidence_of(
 ) -> list[Evidence]:
     """One piece of evidence per row, in the rows' order (pick them first, e.g. ``nlargest(5,
     "dur_ns")``), named by ``labels``; start from the ``start`` column and duration from ``dur_ns``,
-    in µs; with ``stream`` the row's ``stream`` as recorded."""
-    starts, durs = rows[start].to_numpy(), rows["dur_ns"].to_numpy()
-    streams: Sequence[int | None] = rows["stream"].tolist() if stream else [None] * len(rows)
+    in µs; with ``stream`` the row's ``stream`` as recorded.
+
+    The times are divided as Python integers, which rounds once: a trace on an epoch clock has
+    timestamps beyond 2**53 ns, where converting to a float first would round twice."""
+    starts, durs = rows[start].tolist(), rows["dur_ns"].tolist()
+    streams: list[Any] = rows["stream"].tolist() if stream else [None] * len(rows)
     return [
-        Evidence(name=label, ts_us=int(s) / 1000.0, dur_us=int(d) / 1000.0, stream=None if st is None else int(st))
+        Evidence(name=label, ts_us=s / 1000, dur_us=d / 1000, stream=None if st is None else int(st))
         for label, s, d, st in zip(labels, starts, durs, streams, strict=True)
     ]
 
