@@ -119,14 +119,13 @@ def breakdown(path: Path) -> list[tuple[str, float]]:
     from traceadvisor.config import Config
     from traceadvisor.engine.registry import discover
     from traceadvisor.engine.runner import instantiate, select
-    from traceadvisor.pipeline import capabilities
-    from traceadvisor.report.summary import summarize
+    from traceadvisor.pipeline import capabilities, summarize
 
     config = Config()
     rules = instantiate(select(discover(config.rules_dirs), config), config)
     rows: list[tuple[str, float]] = []
     trace = traceadvisor.load_file(path)
-    rows.append(("summary (with the shared views)", timed(lambda: summarize(trace))[0]))
+    rows.append(("summary (with the shared views)", timed(lambda: summarize(trace, {}))[0]))
     fresh = traceadvisor.load_file(path)
     rows.insert(1, ("  of which idle attribution", timed(lambda: idle_attribution(fresh))[0]))
     caps = capabilities([trace])[0]

@@ -12,7 +12,7 @@ How it is measured, in one process:
 
 1. ``traceadvisor.load_file(TRACE)``, timed once (**load**), after a warm-up on a small fixture
    trace (load, summary, every rule; not timed) so that lazy imports do not count.
-2. The per-trace summary of the report (``report.summary.summarize``), timed: ``analyze`` runs it
+2. The per-trace summary of the report (``pipeline.summarize``), timed: ``analyze`` runs it
    before the rules, and it builds the shared views (steps, idle attribution, the roofline
    table) that rules reuse. ``--no-summary`` leaves it out, so the first rule to read a shared
    view pays for it.
@@ -79,20 +79,19 @@ def measure(path: Path, selectors: list[str], repeat: int, summary: bool) -> tup
     from traceadvisor.config import Config
     from traceadvisor.engine.registry import discover
     from traceadvisor.engine.runner import instantiate, run, select
-    from traceadvisor.pipeline import capabilities
-    from traceadvisor.report.summary import summarize
+    from traceadvisor.pipeline import capabilities, summarize
 
     config = Config(select=selectors) if selectors else Config()
     rules = instantiate(select(discover(config.rules_dirs), config), config)
     # Warm-up on a small trace, not timed: the loader, the summary and the rules import modules
     # lazily on first use (about 0.7 s), which would otherwise count as load time.
     small = traceadvisor.load_file(WARM_UP)
-    summarize(small)
+    summarize(small, {})
     run(rules, [small], capabilities=capabilities([small]))
     t_load, trace = timed(lambda: traceadvisor.load_file(path))
     rows: list[dict[str, Any]] = []
     if summary:
-        t, _ = timed(lambda: summarize(trace))
+        t, _ = timed(lambda: summarize(trace, {}))
         rows.append({"label": "summary (shared views)", "first": t, "again": None, "findings": None})
     caps = capabilities([trace])[0]
     runnable = []

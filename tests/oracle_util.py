@@ -6,7 +6,7 @@ Nothing here uses traceadvisor's reader, tables or interval code: the trace is r
 whatever their magnitude (absolute epoch microseconds need 61 bits as ns, more than a float64
 mantissa holds). Intervals are merged with a sorted sweep in pure Python.
 
-Definitions (the ones traceadvisor documents in ``trace/model.py`` and ``report/summary.py``):
+Definitions (the ones traceadvisor documents in ``trace/model.py`` and ``summary/``):
 
 * GPU work: ``ph:"X"`` events of category ``kernel``/``gpu_memcpy``/``gpu_memset`` (and the old
   aliases ``Kernel``/``Memcpy``/``Memset``); device = ``args.device``, else ``pid``; negative

@@ -20,7 +20,7 @@ import traceadvisor
 from traceadvisor.analyses import annotation_time
 from traceadvisor.pipeline import analyze
 from traceadvisor.report import render_markdown, render_text
-from traceadvisor.report.summary import annotation_advice, annotation_bottleneck
+from traceadvisor.summary.annotations import annotation_advice, annotation_bottleneck
 from traceadvisor.testing import write_case_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -103,10 +103,10 @@ def test_naive_attention_names_scores_as_the_bottleneck_and_advises_sdpa() -> No
     assert set(result.table["name"]) == set(COMPONENTS)
     assert set(result.table["calls"]) == {3}  # three recorded steps, one layer call each
     b = annotation_bottleneck(result)
-    assert b is not None and b["name"] == "scores"
+    assert b is not None and b.name == "scores"
     share = float(result.table["share_pct"].iloc[0])
-    assert b["message"] == f"Bottleneck: scores ({share:.0f}%). {b['advice']}"
-    assert "scaled_dot_product_attention" in b["advice"]
+    assert b.message == f"Bottleneck: scores ({share:.0f}%). {b.advice}"
+    assert "scaled_dot_product_attention" in b.advice
 
 
 def test_sdpa_trace_has_no_score_components_and_other_advice() -> None:
@@ -114,8 +114,8 @@ def test_sdpa_trace_has_no_score_components_and_other_advice() -> None:
     assert result is not None
     assert set(result.table["name"]) == {"qkv_projection", "scaled_dot_product_attention", "output_projection"}
     b = annotation_bottleneck(result)
-    assert b is not None and b["name"] == "scaled_dot_product_attention"
-    assert "already runs fused" in b["advice"]
+    assert b is not None and b.name == "scaled_dot_product_attention"
+    assert "already runs fused" in b.advice
 
 
 def test_traces_without_user_annotations_have_no_section() -> None:
@@ -270,7 +270,7 @@ def test_cpu_trace_uses_cpu_time_and_says_so(cpu_attention_trace: Path) -> None:
     step_ns = sum(round(float(e["dur"]) * 1000) for e in ann if e["name"].startswith("ProfilerStep#"))
     assert result.total_ns == step_ns
     b = annotation_bottleneck(result)
-    assert b is not None and b["message"].startswith("Bottleneck (CPU time): ")
+    assert b is not None and b.message.startswith("Bottleneck (CPU time): ")
     report = analyze([cpu_attention_trace])
     text = render_text.render(report, width=200)
     assert "CPU time" in text and "(CPU time: the trace has no GPU activity)" in text

@@ -16,7 +16,7 @@ from fixture_paths import HTA, TRACELENS
 from traceadvisor import load, load_file
 from traceadvisor.analyses import graph, idle
 from traceadvisor.engine.registry import claims_of, discover
-from traceadvisor.report.summary import summarize
+from traceadvisor.pipeline import summarize
 from traceadvisor.trace import intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
@@ -271,18 +271,18 @@ def builtin_claims() -> dict[str, str | None]:
 @pytest.mark.parametrize("name", ATTRIBUTED)
 def test_idle_breakdown_counts_every_idle_ns_once(name: str, builtin_claims: dict[str, str | None]) -> None:
     t = load_file(FIXTURE_TRACES / f"{name}.json.gz")
-    summary = summarize(t)
+    summary = summarize(t, builtin_claims)
     gaps = idle.idle_attribution(t)
     assert set(gaps["cause"]) <= set(idle.CAUSES)
     assert (gaps["end_ns"].to_numpy()[:-1] <= gaps["start_ns"].to_numpy()[1:]).all()  # disjoint, in order
-    rows = summary["idle_breakdown"]
-    assert sum(round(b["idle_us"] * 1000) for b in rows) == round(summary["gpu_idle_us"] * 1000)
-    assert sum(b["gaps"] for b in rows) == len(gaps)
-    assert [b["idle_us"] for b in rows] == sorted((b["idle_us"] for b in rows), reverse=True)
+    rows = summary.idle_breakdown
+    assert sum(round(b.idle_us * 1000) for b in rows) == round(summary.gpu_idle_us * 1000)
+    assert sum(b.gaps for b in rows) == len(gaps)
+    assert [b.idle_us for b in rows] == sorted((b.idle_us for b in rows), reverse=True)
     for b in rows:
-        assert b["claimed_by"] == builtin_claims[b["cause"]]
-        mine = gaps[(gaps["cause"] == b["cause"]) & (gaps["detail"] == b["top_detail"])]
-        assert round(b["top_detail_us"] * 1000) == int(mine["dur_ns"].sum())
+        assert b.claimed_by == builtin_claims[b.cause]
+        mine = gaps[(gaps["cause"] == b.cause) & (gaps["detail"] == b.top_detail)]
+        assert round(b.top_detail_us * 1000) == int(mine["dur_ns"].sum())
 
 
 def test_idle_breakdown_names_the_owner_from_the_claim_map_it_is_given() -> None:
@@ -352,7 +352,7 @@ def test_step_number_beyond_int64_is_kept_with_a_warning(tmp_path: Path) -> None
     assert t["name"].tolist() == ["ProfilerStep#2", "ProfilerStep#3", huge]
     assert t["step"].tolist() == [2, 3, 2**63 - 1]  # int64 for step_of; the name keeps the digits
     assert [w for w in trace.meta.warnings if "beyond int64" in w and huge in w]
-    assert [s["name"] for s in summarize(trace)["steps"]] == t["name"].tolist()
+    assert [s.name for s in summarize(trace, {}).steps] == t["name"].tolist()
 
 
 def test_repeated_step_numbers_are_kept_apart_with_a_warning(tmp_path: Path) -> None:

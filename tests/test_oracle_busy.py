@@ -27,7 +27,7 @@ try:
 except ImportError:
     import oracle_util as ou
 
-from traceadvisor.report.summary import summarize
+from traceadvisor.pipeline import summarize
 
 PATHS = ou.all_traces()
 IDS = [ou.trace_id(p) for p in PATHS]
@@ -144,8 +144,8 @@ def test_busy_and_idle_per_device(path: Path) -> None:
     o, t = _pair(path)
     lo, hi, _ = t.analysis_window
     rlo, rhi, _ = o.analysis_window
-    summary = summarize(t)
-    by_dev = {d["id"]: d for d in summary["devices"]}
+    summary = summarize(t, {})
+    by_dev = {d.id: d for d in summary.devices}
     assert set(by_dev) == set(o.devices)
     for dev in o.devices:
         ref_busy = o.busy(dev, rlo, rhi)
@@ -156,19 +156,19 @@ def test_busy_and_idle_per_device(path: Path) -> None:
         assert abs(((hi - lo) - busy) - ref_idle) <= bound + 2 * float64_error_ns(o)
         # The report carries the same numbers, in µs with the ns decimals intact.
         d = by_dev[dev]
-        assert d["busy_us"] == busy / 1000
-        assert d["idle_us"] == ((hi - lo) - busy) / 1000
+        assert d.busy_us == busy / 1000
+        assert d.idle_us == ((hi - lo) - busy) / 1000
         if not bound:
-            assert round(d["busy_us"] * 1000) == ref_busy
-            assert round(d["idle_us"] * 1000) == ref_idle
-            assert d["busy_pct"] == pytest.approx(100 * ref_busy / (rhi - rlo) if rhi > rlo else 0.0, rel=1e-12)
+            assert round(d.busy_us * 1000) == ref_busy
+            assert round(d.idle_us * 1000) == ref_idle
+            assert d.busy_pct == pytest.approx(100 * ref_busy / (rhi - rlo) if rhi > rlo else 0.0, rel=1e-12)
     if o.devices:
         main = o.main_device
-        assert summary["gpu_busy_us"] == by_dev[main]["busy_us"]
-        assert summary["gpu_idle_us"] == by_dev[main]["idle_us"]
-        assert abs(summary["window_us"] * 1000 - (rhi - rlo)) <= 2 * float64_error_ns(o) + 1e-3
+        assert summary.gpu_busy_us == by_dev[main].busy_us
+        assert summary.gpu_idle_us == by_dev[main].idle_us
+        assert abs(summary.window_us * 1000 - (rhi - rlo)) <= 2 * float64_error_ns(o) + 1e-3
     else:
-        assert summary["gpu_busy_us"] == 0.0
+        assert summary.gpu_busy_us == 0.0
 
 
 @pytest.mark.parametrize("path", ALL)
@@ -199,8 +199,8 @@ def test_steps_windows_and_busy(path: Path) -> None:
     assert table["name"].tolist() == [s.name for s in o.steps]
     assert table["step"].astype(int).tolist() == [s.step for s in o.steps]
     assert table["gpu_basis"].tolist() == [s.basis for s in o.steps]
-    summary_steps = summarize(t)["steps"]
-    assert [s["name"] for s in summary_steps] == [s.name for s in o.steps]
+    summary_steps = summarize(t, {}).steps
+    assert [s.name for s in summary_steps] == [s.name for s in o.steps]
     dev = o.main_device
     for row, ref, srow in zip(table.itertuples(index=False), o.steps, summary_steps, strict=True):
         for got, want in (
@@ -210,24 +210,24 @@ def test_steps_windows_and_busy(path: Path) -> None:
             (row.gpu_end_ns, ref.gpu_end),
         ):
             assert abs(int(got) - want) <= (err if want != -1 else 0), (ref.name, got, want)
-        assert abs(srow["cpu_dur_us"] * 1000 - (ref.cpu_end - ref.cpu_start)) <= 2 * err + 1e-3
+        assert abs(srow.cpu_dur_us * 1000 - (ref.cpu_end - ref.cpu_start)) <= 2 * err + 1e-3
         if ref.gpu_start < 0:
-            assert srow["gpu_start_us"] is None and srow["gpu_busy_us"] == 0.0
+            assert srow.gpu_start_us is None and srow.gpu_busy_us == 0.0
             continue
         ref_busy = o.busy(dev, ref.gpu_start, ref.gpu_end)
         bound = _busy_bound(o, dev, ref.gpu_start, ref.gpu_end)
         busy = t.busy_ns(dev, int(row.gpu_start_ns), int(row.gpu_end_ns))
         assert abs(busy - ref_busy) <= bound, (ref.name, busy, ref_busy)
         ref_dur = ref.gpu_end - ref.gpu_start
-        assert abs(srow["gpu_dur_us"] * 1000 - ref_dur) <= 2 * err + 1e-3
-        assert abs(srow["gpu_busy_us"] * 1000 - ref_busy) <= bound + 1e-3
+        assert abs(srow.gpu_dur_us * 1000 - ref_dur) <= 2 * err + 1e-3
+        assert abs(srow.gpu_busy_us * 1000 - ref_busy) <= bound + 1e-3
         # Per-step idle time is what is left of the step's GPU window.
         ref_idle = ref_dur - ref_busy
         idle = (int(row.gpu_end_ns) - int(row.gpu_start_ns)) - busy
         assert abs(idle - ref_idle) <= bound + 2 * err
         if not err:
-            assert srow["gpu_start_us"] == ref.gpu_start / 1000
-            assert srow["gpu_busy_us"] == ref_busy / 1000
+            assert srow.gpu_start_us == ref.gpu_start / 1000
+            assert srow.gpu_busy_us == ref_busy / 1000
 
 
 # -- step windows: what they mean ------------------------------------------------------------

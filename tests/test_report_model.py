@@ -204,3 +204,51 @@ def test_the_report_package_needs_no_analysis() -> None:
     )
     assert p.returncode == 0, p.stderr
     assert p.stdout.decode().strip() == "[]"
+
+
+LATENCY_RULE = '''
+"""ZZ901: claims the GPU's launch latency (no built-in rule does)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from traceadvisor.rules_api import Finding, IdleCause, Rule, Severity, Trace
+
+
+class LatencyClaim(Rule):
+    """Claims the launch-latency idle cause.
+
+    ## Why it matters
+    A test rule.
+    """
+
+    code = "ZZ901"
+    name = "my-latency"
+    severity = Severity.low
+    claims = frozenset({IdleCause.launch_latency})
+
+    def check(self, trace: Trace) -> Iterator[Finding]:
+        yield from ()
+'''
+
+
+def test_the_idle_section_names_the_loaded_rules_claims(tmp_path: Path) -> None:
+    """``claimed_by`` comes from the engine over the loaded rules: a user rule's claim shows, and
+    ``--select``/``--ignore`` (which rules run) do not change who claims what."""
+    rules_dir = tmp_path / "my_rules"
+    rules_dir.mkdir()
+    (rules_dir / "zz901_latency.py").write_text(LATENCY_RULE)
+    trace = TRACES / "planted_sync_in_loop.json.gz"
+    owners = []
+    for extra in ([], ["--select", "GK101"], ["--ignore", "SY101,ZZ901"]):
+        p = _cli("analyze", str(trace), "-f", "json", "--isolated", "--rules-dir", str(rules_dir), *extra)
+        assert p.returncode == 0, p.stderr
+        owners.append({b["cause"]: b["claimed_by"] for b in json.loads(p.stdout)["traces"][0]["idle_breakdown"]})
+    assert owners[0]["launch_latency"] == "my-latency" and owners[0]["sync"] == "sync-point"
+    assert owners[1] == owners[0] and owners[2] == owners[0]
+    without = _cli("analyze", str(trace), "-f", "json", "--isolated")
+    plain = {b["cause"]: b["claimed_by"] for b in json.loads(without.stdout)["traces"][0]["idle_breakdown"]}
+    assert plain["launch_latency"] is None and {k: v for k, v in plain.items() if k != "launch_latency"} == {
+        k: v for k, v in owners[0].items() if k != "launch_latency"
+    }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,18 +26,24 @@ def analyze_traces(
     config: Config | None = None,
     rules: list[AnyRule] | None = None,
     cancel: threading.Event | None = None,
+    claimed_by: Mapping[str, str | None] | None = None,
 ) -> Report:
-    """Summarise loaded traces and run the rules on them (``cancel``: as ``analyze``)."""
+    """Summarise loaded traces and run the rules on them (``cancel``: as ``analyze``).
+
+    ``rules``: the configured rules (default: discovered and selected by ``config``);
+    ``claimed_by``: idle cause → the loaded rule that claims it (default: ``engine.claimed_by`` of
+    the rules ``config`` discovers, before selection, so that ``--select`` does not change it)."""
     from traceadvisor.engine.runner import run
-    from traceadvisor.report.summary import summarize
 
     config = config or Config()
     if rules is None:
-        rules = _configured_rules(config)
+        rules, claimed_by = _configured_rules(config)
+    elif claimed_by is None:
+        claimed_by = _loaded_claims(config)
     summaries: list[TraceSummary] = []
     for t in traces:
         raise_if_cancelled(cancel)
-        summaries.append(TraceSummary.from_dict(summarize(t)))
+        summaries.append(summarize(t, claimed_by))
     result = run(rules, traces, capabilities=capabilities(traces), rule_timeout_s=config.rule_timeout, cancel=cancel)
     return Report(
         traces=tuple(summaries),
@@ -45,6 +51,44 @@ def analyze_traces(
         skipped=tuple(Skipped.from_dict(s) for s in result.skipped),
         errors=tuple(RuleError.from_dict(e) for e in result.errors),
         config=config_info(config.origin),
+    )
+
+
+def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummary:
+    """The report's summary of one trace, assembled from the section builders (``summary/``)."""
+    from traceadvisor.summary.annotations import annotation_summary
+    from traceadvisor.summary.devices import device_info, device_summaries, main_device
+    from traceadvisor.summary.idle import idle_breakdown
+    from traceadvisor.summary.kernels import top_kernels
+    from traceadvisor.summary.roofline import roofline_summary
+    from traceadvisor.summary.steps import step_summaries
+    from traceadvisor.summary.units import us
+
+    lo, hi, basis = trace.analysis_window
+    window = hi - lo
+    devices = device_summaries(trace)
+    main = main_device(trace)
+    busy_main_ns = trace.busy_ns(main, lo, hi) if main is not None else 0
+    return TraceSummary(
+        path=trace.path,
+        rank=trace.rank,
+        platform=trace.platform,
+        device=device_info(trace, main),
+        window_us=us(window),
+        window_start_us=us(lo),
+        window_basis=basis,
+        gpu_busy_us=us(busy_main_ns),
+        gpu_idle_us=us(window - busy_main_ns) if devices else 0.0,
+        gpu_busy_pct=devices[0].busy_pct if devices else 0.0,
+        kernel_count=len(trace.kernels),
+        devices=devices,
+        steps=step_summaries(trace, main),
+        top_kernels=top_kernels(trace),
+        idle_breakdown=idle_breakdown(trace, claimed_by),
+        roofline=roofline_summary(trace),
+        annotations=annotation_summary(trace),
+        capture=dict(trace.meta.flags),
+        warnings=tuple(trace.meta.warnings),
     )
 
 
@@ -108,11 +152,14 @@ def analyze(
     pandas operation) finishes first."""
     config = config or Config()
     rules: list[AnyRule] = []
+    claims: dict[str, str | None] = {}
 
     def prepare_rules() -> None:
         # Runs before any event is decoded (configuration errors come first), overlapped with the
         # decoding in a second process where the trace is large enough (trace/parallel.py).
-        rules.extend(_configured_rules(config))
+        configured, claimed_by = _configured_rules(config)
+        rules.extend(configured)
+        claims.update(claimed_by)
 
     with _cyclic_gc_paused():
         traces = load(
@@ -122,7 +169,7 @@ def analyze(
             after_each=lambda: raise_if_cancelled(cancel),
             gpu=config.gpu,  # the roofline's peaks ([tool.traceadvisor.gpu]), given to each trace at load
         )
-        return analyze_traces(traces, config, rules, cancel)
+        return analyze_traces(traces, config, rules, cancel, claims)
 
 
 @contextmanager
@@ -141,9 +188,17 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _configured_rules(config: Config) -> list[AnyRule]:
+def _configured_rules(config: Config) -> tuple[list[AnyRule], dict[str, str | None]]:
+    """The rules ``config`` selects, instantiated, and the claim map of all the rules it loads."""
     from traceadvisor.engine.registry import claims_of, discover
     from traceadvisor.engine.runner import instantiate, select
 
     sources = discover(config.rules_dirs)
-    return instantiate(select(sources, config), config, claims_of(sources))
+    claims = claims_of(sources)
+    return instantiate(select(sources, config), config, claims), claims
+
+
+def _loaded_claims(config: Config) -> dict[str, str | None]:
+    from traceadvisor.engine.registry import claims_of, discover
+
+    return claims_of(discover(config.rules_dirs))

@@ -167,7 +167,8 @@ def _warm_up() -> None:
     import traceadvisor.pipeline
     import traceadvisor.report.model
     import traceadvisor.report.render_json
-    import traceadvisor.report.summary
+    import traceadvisor.summary.annotations
+    import traceadvisor.summary.roofline
     import traceadvisor.trace.model  # noqa: F401
     from traceadvisor.engine.registry import discover
 

@@ -33,37 +33,37 @@ def _dicts(items: tuple[Any, ...]) -> list[dict[str, Any]]:
 class DeviceInfo:
     """``traces[].device``: the main device and what its ``deviceProperties`` entry says.
 
-    ``known``: the trace had a (non-empty) properties entry for it; only then does the JSON object
-    carry ``name`` (even when null), and the other figures only where the entry had them."""
+    The JSON object carries ``name`` when the trace had a (non-empty) properties entry for the
+    device, and each other figure only where the entry had it: ``given`` names the keys it carries
+    besides ``id`` (a property may be present and null, which the report keeps as null)."""
 
     id: int | None
-    known: bool = False
     name: JsonValue = None
     compute_capability: str | None = None
     sm_count: JsonValue = None
     memory_bytes: JsonValue = None
+    given: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id}
-        if not self.known:
-            return out
-        out["name"] = self.name
-        for key in ("compute_capability", "sm_count", "memory_bytes"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
+        for key in _DEVICE_KEYS:
+            if key in self.given:
+                out[key] = getattr(self, key)
         return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DeviceInfo:
         return cls(
             id=d.get("id"),
-            known="name" in d,
             name=d.get("name"),
             compute_capability=d.get("compute_capability"),
             sm_count=d.get("sm_count"),
             memory_bytes=d.get("memory_bytes"),
+            given=frozenset(k for k in _DEVICE_KEYS if k in d),
         )
+
+
+_DEVICE_KEYS = ("name", "compute_capability", "sm_count", "memory_bytes")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,10 @@
 """The roofline: GPU peaks (datasheet, measured, configured), op FLOP/byte models, per-kernel bounds.
 
-``of(trace)`` (a ``view.Roofline``) is computed once per trace and shared by the report and the
-rules; ``summary.summarize`` is the report's ``roofline`` section. This package namespace
+``of(trace)`` (a ``view.Roofline``) is computed once per trace and shared by the report (whose
+``roofline`` section ``summary/roofline.py`` builds from it) and the rules. This package namespace
 imports neither numpy nor pandas (configuration is read before the trace decodes): the
-table-building modules ``view`` and ``summary`` are imported by name, and ``of`` imports ``view``
-when first called (a trace exists then, so pandas is loaded anyway).
+table-building module ``view`` is imported by name, and ``of`` imports ``view`` when first called
+(a trace exists then, so pandas is loaded anyway).
 """
 
 from __future__ import annotations
