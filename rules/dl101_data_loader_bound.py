@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, recoverable_ns
-from traceadvisor.rules_api import Capability, Evidence, location_of
+from traceadvisor.rules_api import (
+    PROFILER_EVENT_COST_NS,
+    Capability,
+    Evidence,
+    Finding,
+    IdleCause,
+    Rule,
+    Severity,
+    Trace,
+    idle_attribution,
+    location_of,
+    recoverable_ns,
+)
 
 LOADER_MARK = "DataLoader"
 
@@ -18,7 +28,7 @@ class Options:
     profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
 
 
-class DataLoaderBound(Rule):
+class DataLoaderBound(Rule[Options]):
     """The GPU idles while the training loop waits for the next batch from the DataLoader.
 
     ## Why it matters
@@ -55,7 +65,7 @@ class DataLoaderBound(Rule):
     name = "data-loader-bound"
     severity = Severity.medium
     requires = frozenset({Capability.gpu})
-    Options = Options
+    claims = frozenset({IdleCause.data_loading})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
@@ -63,7 +73,7 @@ class DataLoaderBound(Rule):
         loader = ann[ann["name"].astype(str).str.contains(LOADER_MARK, regex=False).to_numpy()]
         if not len(loader):
             return
-        gaps = trace.idle_attribution
+        gaps = idle_attribution(trace)
         gaps = gaps[gaps["cause"] == "data_loading"]
         idle_raw = int(gaps["dur_ns"].sum())
         idle = recoverable_ns(gaps, opts.profiler_event_us * 1000)

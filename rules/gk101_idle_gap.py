@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.analyses.idle import CLAIMED_BY, PROFILER_EVENT_COST_NS, recoverable_ns
-from traceadvisor.rules_api import Capability, Evidence, location_of
+from traceadvisor.rules_api import (
+    PROFILER_EVENT_COST_NS,
+    Capability,
+    Evidence,
+    Finding,
+    IdleCause,
+    Rule,
+    Severity,
+    Trace,
+    idle_attribution,
+    location_of,
+    recoverable_ns,
+)
 
-MINE = sorted(c for c, owner in CLAIMED_BY.items() if owner == "idle-gap")
+MINE = frozenset({IdleCause.cpu_op, IdleCause.unknown})  # the idle causes this rule claims
 GPU_SIDE = "next work already queued (GPU-side wait)"
 
 
@@ -20,7 +30,7 @@ class Options:
     profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
 
 
-class IdleGap(Rule):
+class IdleGap(Rule[Options]):
     """The GPU idles inside steps; each gap is attributed to what the host was doing.
 
     ## Why it matters
@@ -62,11 +72,11 @@ class IdleGap(Rule):
     name = "idle-gap"
     severity = Severity.medium
     requires = frozenset({Capability.gpu})
-    Options = Options
+    claims = MINE
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
-        gaps = trace.idle_attribution
+        gaps = idle_attribution(trace)
         gaps = gaps[gaps["dur_ns"] >= opts.min_gap_us * 1000]
         if not len(gaps):
             return
@@ -89,7 +99,7 @@ class IdleGap(Rule):
             h = trace.host.loc[int(first["host_row"])]
             location = location_of(trace, int(h["pid"]), int(h["tid"]), max(int(h["ts_ns"]), int(first["start_ns"])))
         causes = gaps.groupby("cause")["dur_ns"].sum().sort_values(ascending=False)
-        breakdown = ", ".join(f"{c} {v / 1e3:.1f} µs{_owner(str(c))}" for c, v in causes.items())
+        breakdown = ", ".join(f"{c} {v / 1e3:.1f} µs{_owner(self.claimed_by, str(c))}" for c, v in causes.items())
         if top_name == GPU_SIDE:
             rec = (
                 "The GPU waited with work already queued: check the cross-stream dependencies (cudaStreamWaitEvent, "
@@ -130,6 +140,6 @@ class IdleGap(Rule):
         )
 
 
-def _owner(cause: str) -> str:
-    owner = CLAIMED_BY.get(cause)
+def _owner(claimed_by: Mapping[str, str | None], cause: str) -> str:
+    owner = claimed_by.get(cause)
     return "" if owner == IdleGap.name else f" ({owner or 'unclaimed'})"

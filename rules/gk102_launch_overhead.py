@@ -8,10 +8,21 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.analyses.idle import GRAPH_LAUNCHES, PROFILER_EVENT_COST_NS
-from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
-from traceadvisor.trace import intervals
+from traceadvisor.rules_api import (
+    BLOCKING_CALLS,
+    GRAPH_LAUNCHES,
+    PROFILER_EVENT_COST_NS,
+    Capability,
+    Evidence,
+    Finding,
+    IdleCause,
+    Rule,
+    Severity,
+    Trace,
+    idle_attribution,
+    intervals,
+    location_of,
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +34,7 @@ class Options:
     profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
 
 
-class LaunchOverhead(Rule):
+class LaunchOverhead(Rule[Options]):
     """Steps are launch-bound: the host spends longer launching kernels than the GPU runs them.
 
     ## Why it matters
@@ -67,7 +78,7 @@ class LaunchOverhead(Rule):
     name = "launch-overhead"
     severity = Severity.medium
     requires = frozenset({Capability.gpu, Capability.steps})
-    Options = Options
+    claims = frozenset({IdleCause.launch_bound})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
@@ -121,7 +132,7 @@ class LaunchOverhead(Rule):
         syncs = np.bincount(sync_pos[sync_pos >= 0], minlength=n)
         capturable = bound & (syncs == 0)
 
-        gaps = trace.idle_attribution
+        gaps = idle_attribution(trace)
         gaps = gaps[gaps["cause"] == "launch_bound"]
         gap_pos = _step_pos(trace, steps, rt["ts_ns"].to_numpy()[gaps["launch_row"].to_numpy()])
         event_ns = opts.profiler_event_us * 1000

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, Evidence, location_of
+from traceadvisor.rules_api import Capability, Evidence, Finding, Rule, Severity, Trace, location_of
 
 
 @dataclass(frozen=True)
@@ -18,7 +17,7 @@ class Options:
     min_mean_us: float = 20.0  # shorter kernels are launch-latency bound, not occupancy bound
 
 
-class LowOccupancy(Rule):
+class LowOccupancy(Rule[Options]):
     """Hot kernels launch grids that fill only a fraction of the SMs.
 
     ## Why it matters
@@ -55,7 +54,6 @@ class LowOccupancy(Rule):
     name = "low-occupancy"
     severity = Severity.medium
     requires = frozenset({Capability.gpu})
-    Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options

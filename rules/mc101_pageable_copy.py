@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability, category_mask, evidence_from, location_of
+from traceadvisor.rules_api import Capability, Finding, Rule, Severity, Trace, category_mask, evidence_from, location_of
 
 MEMCPY = 1
 SYNC_COPY_CALLS = ("cudaMemcpy", "cudaMemcpy2D", "hipMemcpy")
@@ -22,7 +21,7 @@ class Options:
     min_impact_pct: float = 0.5  # report only when the estimated saving is at least this share of the steps
 
 
-class PageableCopy(Rule):
+class PageableCopy(Rule[Options]):
     """Host-device copies go through pageable memory or block the host.
 
     ## Why it matters
@@ -58,7 +57,6 @@ class PageableCopy(Rule):
     name = "pageable-copy"
     severity = Severity.medium
     requires = frozenset({Capability.gpu})
-    Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options

@@ -11,13 +11,17 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from traceadvisor import Finding, Rule, Severity, Trace
 from traceadvisor.rules_api import (
     Capability,
+    Finding,
+    Rule,
+    Severity,
+    Trace,
     category_mask,
     evidence_from,
     location_of,
     parse_raw,
+    roofline_of,
     signature_codes,
 )
 
@@ -39,7 +43,7 @@ def _peak(trace: Trace, dtype: str) -> float | None:
     """Dense tensor-core FLOP/s for the attention's dtype (``bf16``, ``fp16``; fp32 runs as TF32) from
     the shared peak table (``traceadvisor/roofline/gpus.py``; a device profile or configuration
     replaces it). Falls back to fp16 (no bf16 before sm80) and to the fp32 rate (no TF32)."""
-    peaks = trace.roofline.peaks
+    peaks = roofline_of(trace).peaks
     if peaks is None:
         return None
     f = peaks.flops
@@ -119,7 +123,7 @@ def _score_role(name: str, dims_raw: Any, scores: set[Score]) -> ScoreRole:
     return ScoreRole()
 
 
-class UnfusedAttention(Rule):
+class UnfusedAttention(Rule[Options]):
     """Attention is computed with materialized score matrices instead of a fused SDPA kernel.
 
     ## Why it matters
@@ -158,7 +162,6 @@ class UnfusedAttention(Rule):
     name = "unfused-attention"
     severity = Severity.medium
     requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
-    Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options

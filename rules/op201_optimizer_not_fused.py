@@ -9,9 +9,20 @@ from math import prod
 import numpy as np
 import pandas as pd
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.analyses.idle import MULTI_TENSOR_MARKS, PROFILER_EVENT_COST_NS
-from traceadvisor.rules_api import Capability, Evidence, location_of, parse_raw
+from traceadvisor.rules_api import (
+    MULTI_TENSOR_MARKS,
+    PROFILER_EVENT_COST_NS,
+    Capability,
+    Evidence,
+    Finding,
+    IdleCause,
+    Rule,
+    Severity,
+    Trace,
+    idle_attribution,
+    location_of,
+    parse_raw,
+)
 
 # HBM bandwidth (bytes/s) from NVIDIA datasheets, by device name; fallback by compute capability.
 BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "H800": 3.35e12, "A100": 2.0e12, "A10": 0.6e12, "L40S": 0.864e12}
@@ -38,7 +49,7 @@ def _bandwidth(trace: Trace) -> float:
     return BANDWIDTH_BY_MAJOR.get(int(props.get("computeMajor", 0) or 0), 1.0e12)
 
 
-class OptimizerNotFused(Rule):
+class OptimizerNotFused(Rule[Options]):
     """The optimizer step launches a few small kernels per parameter instead of a fused update.
 
     ## Why it matters
@@ -82,7 +93,7 @@ class OptimizerNotFused(Rule):
     name = "optimizer-not-fused"
     severity = Severity.medium
     requires = frozenset({Capability.gpu})
-    Options = Options
+    claims = frozenset({IdleCause.optimizer})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
@@ -140,7 +151,7 @@ class OptimizerNotFused(Rule):
         )
         bw = _bandwidth(trace)
         fused = np.where(moved > 0, moved / (opts.bandwidth_efficiency * bw) * 1e9, gpu_ns / 4.0)
-        gaps = trace.idle_attribution
+        gaps = idle_attribution(trace)
         gaps = gaps[gaps["cause"] == "optimizer"]
         gap_ann = pd.Index(rows).get_indexer(gaps["host_row"].to_numpy())  # the optimizer step of each gap
         recoverable = np.maximum(

@@ -9,14 +9,18 @@ from typing import Any
 
 import numpy as np
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.roofline.models import op_work
 from traceadvisor.rules_api import (
     Capability,
+    Finding,
+    Rule,
+    Severity,
+    Trace,
     category_mask,
     evidence_from,
     location_of,
+    op_work,
     parse_raw,
+    roofline_of,
     signature_codes,
 )
 
@@ -41,7 +45,7 @@ def _peaks(trace: Trace) -> tuple[float, float] | None:
     """Dense fp32 (CUDA cores) and TF32 (tensor cores) FLOP/s of the trace's GPU, from the shared
     peak table (``traceadvisor/roofline/gpus.py``; a measured device profile or configuration
     replaces them). ``None`` on GPUs without TF32 tensor cores (before sm80)."""
-    peaks = trace.roofline.peaks
+    peaks = roofline_of(trace).peaks
     if peaks is None:
         return None
     fp32, tf32 = peaks.flops.get("fp32"), peaks.flops.get("tf32")
@@ -61,7 +65,7 @@ def _sig_model(name: str, dims_raw: Any, types_raw: Any) -> tuple[bool, float]:
     return True, work.flops if work is not None and work.flops > 0 else np.nan
 
 
-class Fp32Matmul(Rule):
+class Fp32Matmul(Rule[Options]):
     """fp32 matrix products run as SIMT SGEMM kernels although the GPU has TF32 tensor cores.
 
     ## Why it matters
@@ -104,7 +108,6 @@ class Fp32Matmul(Rule):
     name = "fp32-matmul"
     severity = Severity.medium
     requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
-    Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options

@@ -8,9 +8,20 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.roofline.view import LATENCY_FLOOR_NS, MAX_INPUT_LINKS
-from traceadvisor.rules_api import Capability, Evidence, category_mask, location_of, parse_raw
+from traceadvisor.rules_api import (
+    LATENCY_FLOOR_NS,
+    MAX_INPUT_LINKS,
+    Capability,
+    Evidence,
+    Finding,
+    Rule,
+    Severity,
+    Trace,
+    category_mask,
+    location_of,
+    parse_raw,
+    roofline_of,
+)
 
 _CLASS_WORDS = {
     "elementwise": "pointwise",
@@ -30,7 +41,7 @@ class Options:
     top_ops: int = 5  # ops named in the message
 
 
-class MemoryBound(Rule):
+class MemoryBound(Rule[Options]):
     """Memory-bound pointwise and normalization kernels write and re-read intermediates a fused kernel keeps on chip.
 
     ## Why it matters
@@ -83,11 +94,10 @@ class MemoryBound(Rule):
     name = "memory-bound"
     severity = Severity.medium
     requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
-    Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
-        roof = trace.roofline
+        roof = roofline_of(trace)
         peaks = roof.peaks
         if peaks is None:
             return

@@ -8,9 +8,20 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, recoverable_ns
-from traceadvisor.rules_api import BLOCKING_CALLS, Capability, Evidence, location_of
+from traceadvisor.rules_api import (
+    BLOCKING_CALLS,
+    PROFILER_EVENT_COST_NS,
+    Capability,
+    Evidence,
+    Finding,
+    IdleCause,
+    Rule,
+    Severity,
+    Trace,
+    idle_attribution,
+    location_of,
+    recoverable_ns,
+)
 
 # Blocking calls: traceadvisor.rules_api.BLOCKING_CALLS (shared with the idle attribution).
 # Ops that force a sync because the host needs a value (or a shape) computed on the GPU.
@@ -41,7 +52,7 @@ class Options:
     profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
 
 
-class SyncPoint(Rule):
+class SyncPoint(Rule[Options]):
     """The host waits for the GPU inside the steps: explicit synchronizes or ops that need a GPU value.
 
     ## Why it matters
@@ -86,7 +97,7 @@ class SyncPoint(Rule):
     name = "sync-point"
     severity = Severity.medium
     requires = frozenset({Capability.gpu})
-    Options = Options
+    claims = frozenset({IdleCause.sync})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
@@ -102,7 +113,7 @@ class SyncPoint(Rule):
             return
         # The idle this rule claims: gaps the attribution gave to one of these calls (the drain after
         # it, or the host still inside the op that synchronized), not to the profiler's final sync.
-        gaps = trace.idle_attribution
+        gaps = idle_attribution(trace)
         gaps = gaps[(gaps["cause"] == "sync") & np.isin(gaps["blocking_row"].to_numpy(), mine.index.to_numpy())]
         idle_raw = int(gaps["dur_ns"].sum())
         idle = recoverable_ns(gaps, opts.profiler_event_us * 1000)

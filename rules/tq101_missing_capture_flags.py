@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from traceadvisor import Finding, Rule, Severity, Trace
-from traceadvisor.rules_api import Capability
+from traceadvisor.rules_api import Capability, Finding, Rule, Severity, Trace, trace_capabilities
 
 # What each capture option unlocks (the rules that need it say so in `traceadvisor rules`).
 UNLOCKS = {
@@ -22,7 +21,7 @@ class Options:
     report_stack: bool = True  # also report a missing Python stack (source lines)
 
 
-class MissingCaptureFlags(Rule):
+class MissingCaptureFlags(Rule[Options]):
     """Capture options were off, so some checks could not run or findings lack source lines.
 
     ## Why it matters
@@ -50,11 +49,8 @@ class MissingCaptureFlags(Rule):
     name = "missing-capture-flags"
     severity = Severity.low
     requires = frozenset()
-    Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        from traceadvisor.engine.rule import trace_capabilities
-
         opts: Options = self.options
         have = trace_capabilities(trace)
         missing = [c for c in UNLOCKS if c not in have and (c is not Capability.stack or opts.report_stack)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from traceadvisor import Finding, Rule, Severity, Trace
+from traceadvisor.rules_api import Finding, Rule, Severity, Trace
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,7 @@ class Options:
     min_steps: int = 2  # fewer complete steps than this cannot show a steady state
 
 
-class TooFewSteps(Rule):
+class TooFewSteps(Rule[Options]):
     """Too few profiler steps were recorded to judge the steady state.
 
     ## Why it matters
@@ -40,7 +40,6 @@ class TooFewSteps(Rule):
     name = "too-few-steps"
     severity = Severity.low
     requires = frozenset()
-    Options = Options
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts: Options = self.options
