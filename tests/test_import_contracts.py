@@ -4,6 +4,7 @@ rules import only ``traceadvisor.rules_api``; ``make lint`` runs each of these c
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -120,3 +121,18 @@ def test_top_level_names_other_than_rules_api_count_as_internal(tmp_path: Path) 
     assert p.stdout.splitlines() == [
         f"{tmp_path / 'a.py'}:1: from traceadvisor import Rule: a rule imports only traceadvisor.rules_api"
     ]
+
+
+def test_the_layers_contract_catches_an_upward_import(tmp_path: Path) -> None:
+    """A copy of the package where the engine imports the pipeline (a layer above it) breaks the
+    layers contract of pyproject.toml; the real package keeps it (test above)."""
+    copy = tmp_path / "traceadvisor"
+    shutil.copytree(ROOT / "traceadvisor", copy, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    runner = copy / "engine" / "runner.py"
+    runner.write_text(runner.read_text() + "\nfrom traceadvisor import pipeline  # noqa: E402,F401\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    p = subprocess.run([str(LINT_IMPORTS)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "The layers: entry points > pipeline" in p.stdout
+    assert "traceadvisor.engine.runner -> traceadvisor.pipeline" in p.stdout
