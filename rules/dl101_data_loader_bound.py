@@ -6,26 +6,36 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from traceadvisor.rules_api import (
-    PROFILER_EVENT_COST_NS,
+    PROFILER_EVENT_US,
     Capability,
-    Evidence,
+    ClaimedIdle,
     Finding,
     IdleCause,
     Rule,
     Severity,
     Trace,
-    idle_attribution,
-    location_of,
-    recoverable_ns,
+    event_location,
+    evidence_of,
+    fmt_us,
+    idle_of,
+    in_steps,
+    share_of_steps,
+    us,
+    worth_reporting,
 )
 
 LOADER_MARK = "DataLoader"
+SINGLE_PROCESS = "_SingleProcessDataLoaderIter"  # the iterator of DataLoader(num_workers=0)
+RECOMMENDATION = (
+    "Set DataLoader(num_workers=N) (start near the CPU cores per GPU), persistent_workers=True, "
+    "prefetch_factor=2-4 and pin_memory=True with .to(device, non_blocking=True); make __getitem__ cheaper."
+)
 
 
 @dataclass(frozen=True)
 class Options:
     min_idle_pct: float = 1.0  # report only when loader-caused GPU idle is at least this share of the steps
-    profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
+    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
 
 
 class DataLoaderBound(Rule[Options]):
@@ -68,65 +78,47 @@ class DataLoaderBound(Rule[Options]):
     claims = frozenset({IdleCause.data_loading})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         ann = trace.annotations
         loader = ann[ann["name"].astype(str).str.contains(LOADER_MARK, regex=False).to_numpy()]
         if not len(loader):
             return
-        gaps = idle_attribution(trace)
-        gaps = gaps[gaps["cause"] == "data_loading"]
-        idle_raw = int(gaps["dur_ns"].sum())
-        idle = recoverable_ns(gaps, opts.profiler_event_us * 1000)
-        window = trace.analysed_ns
-        if window <= 0 or 100.0 * idle / window < opts.min_idle_pct:
+        idle = ClaimedIdle.of(idle_of(trace, IdleCause.data_loading), opts.profiler_event_us)
+        if not worth_reporting(trace, idle.recoverable_ns, opts.min_idle_pct):
             return
-        steps = trace.steps.table
-        if len(steps):
-            loader = loader[trace.step_of(loader["ts_ns"].to_numpy()) >= 0]
-        names = loader["name"].astype(str)
-        single = bool(names.str.contains("_SingleProcessDataLoaderIter", regex=False).any())
+        loader = in_steps(trace, loader)
+        single = bool(loader["name"].astype(str).str.contains(SINGLE_PROCESS, regex=False).any())
         wait = int(loader["dur_ns"].sum())
-        n_steps = max(len(steps), 1)
-        first = loader.nlargest(1, "dur_ns").iloc[0] if len(loader) else None
-        location = (
-            location_of(trace, int(first["pid"]), int(first["tid"]), int(first["ts_ns"])) if first is not None else None
-        )
         worst = loader.nlargest(5, "dur_ns")
-        evidence = [
-            Evidence(name=str(n), ts_us=s / 1000, dur_us=d / 1000)
-            for n, s, d in zip(worst["name"].astype(str), worst["ts_ns"], worst["dur_ns"], strict=True)
-        ]
-        mode = (
-            " The loader is single-process (_SingleProcessDataLoaderIter, num_workers=0): batches are built on "
-            "the training thread."
-            if single
-            else ""
-        )
-        rec = (
-            "Set DataLoader(num_workers=N) (start near the CPU cores per GPU), persistent_workers=True, "
-            "prefetch_factor=2-4 and pin_memory=True with .to(device, non_blocking=True); make __getitem__ cheaper."
-        )
-        if single:
-            rec = "Use worker processes: " + rec
         yield self.finding(
             trace,
-            message=(
-                f"The steps waited {wait / 1e3:.1f} µs for the DataLoader ({wait / n_steps / 1e3:.1f} µs per step) "
-                f"and the GPU idled {idle_raw / 1e3:.1f} µs ({100 * idle_raw / window:.1f}% of the steps) meanwhile "
-                f"(about {idle / 1e3:.1f} µs without the profiler).{mode}"
-            ),
-            recommendation=rec,
-            impact_ns=idle,
+            message=_message(trace, wait, idle, single),
+            recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
+            impact_ns=idle.recoverable_ns,
             basis=(
                 "GPU idle while the launching thread was inside DataLoader __next__, less the profiler's own "
                 f"{opts.profiler_event_us:g} µs per event recorded in those gaps"
             ),
-            evidence=evidence,
-            location=location,
+            evidence=evidence_of(worst, worst["name"].astype(str)),
+            location=event_location(trace, worst.iloc[0]) if len(worst) else None,
             data={
-                "wait_us": wait / 1e3,
-                "idle_us": idle_raw / 1e3,
-                "recoverable_us": idle / 1e3,
+                "wait_us": us(wait),
+                "idle_us": us(idle.raw_ns),
+                "recoverable_us": us(idle.recoverable_ns),
                 "single_process": single,
             },
         )
+
+
+def _message(trace: Trace, wait: int, idle: ClaimedIdle, single: bool) -> str:
+    per_step = wait / max(len(trace.steps.table), 1)
+    mode = (
+        f" The loader is single-process ({SINGLE_PROCESS}, num_workers=0): batches are built on the training thread."
+        if single
+        else ""
+    )
+    return (
+        f"The steps waited {fmt_us(wait)} for the DataLoader ({fmt_us(per_step)} per step) and the GPU idled "
+        f"{fmt_us(idle.raw_ns)} ({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) meanwhile "
+        f"(about {fmt_us(idle.recoverable_ns)} without the profiler).{mode}"
+    )

@@ -5,29 +5,40 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import pandas as pd
+
 from traceadvisor.rules_api import (
-    PROFILER_EVENT_COST_NS,
+    PROFILER_EVENT_US,
     Capability,
-    Evidence,
+    ClaimedIdle,
     Finding,
     IdleCause,
+    Location,
     Rule,
     Severity,
     Trace,
+    event_location,
+    evidence_of,
+    fmt_us,
     idle_attribution,
-    location_of,
-    recoverable_ns,
+    share_of_steps,
+    us,
+    worth_reporting,
 )
 
 MINE = frozenset({IdleCause.cpu_op, IdleCause.unknown})  # the idle causes this rule claims
 GPU_SIDE = "next work already queued (GPU-side wait)"
+BASIS = (
+    "GPU idle while the host stalled in CPU work or the queued work waited on the GPU side, less the "
+    "profiler's own cost of {:g} µs per event recorded in those gaps (the other causes of idle are other rules')"
+)
 
 
 @dataclass(frozen=True)
 class Options:
     min_gap_us: float = 5.0  # gaps shorter than this are launch latency, not an idle problem
     min_idle_pct: float = 2.0  # report only when the recoverable idle is at least this share of the steps
-    profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
+    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
 
 
 class IdleGap(Rule[Options]):
@@ -75,69 +86,66 @@ class IdleGap(Rule[Options]):
     claims = MINE
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         gaps = idle_attribution(trace)
         gaps = gaps[gaps["dur_ns"] >= opts.min_gap_us * 1000]
         if not len(gaps):
             return
-        mine = gaps[gaps["cause"].isin(MINE)]
-        claimed = recoverable_ns(mine, opts.profiler_event_us * 1000)
-        total = int(gaps["dur_ns"].sum())
-        window = trace.analysed_ns
-        if window <= 0 or 100.0 * claimed / window < opts.min_idle_pct:
+        mine = ClaimedIdle.of(gaps[gaps["cause"].isin(MINE)], opts.profiler_event_us)
+        if not worth_reporting(trace, mine.recoverable_ns, opts.min_idle_pct):
             return
-        by_detail = mine.groupby("detail")["dur_ns"].sum().sort_values(ascending=False)
+        by_detail = mine.gaps.groupby("detail")["dur_ns"].sum().sort_values(ascending=False)
         top_name, top_ns = str(by_detail.index[0]), int(by_detail.iloc[0])
-        worst = mine.nlargest(5, "dur_ns")
-        evidence = [
-            Evidence(name=f"GPU idle: {c}, {d or 'unknown'}", ts_us=s / 1000, dur_us=du / 1000)
-            for s, du, c, d in zip(worst["start_ns"], worst["dur_ns"], worst["cause"], worst["detail"], strict=True)
-        ]
-        location = None
-        first = mine[mine["detail"] == top_name].nlargest(1, "dur_ns").iloc[0]
-        if first["host_row"] >= 0:
-            h = trace.host.loc[int(first["host_row"])]
-            location = location_of(trace, int(h["pid"]), int(h["tid"]), max(int(h["ts_ns"]), int(first["start_ns"])))
         causes = gaps.groupby("cause")["dur_ns"].sum().sort_values(ascending=False)
-        breakdown = ", ".join(f"{c} {v / 1e3:.1f} µs{_owner(self.claimed_by, str(c))}" for c, v in causes.items())
-        if top_name == GPU_SIDE:
-            rec = (
-                "The GPU waited with work already queued: check the cross-stream dependencies (cudaStreamWaitEvent, "
-                "stream.wait_stream) and collectives that hold it back, and overlap them with independent work."
-            )
-        else:
-            rec = (
-                f"Take {top_name} off the critical path: overlap it with GPU work or move it out of the step "
-                "(to DataLoader workers, or every N steps); compile the step with torch.compile(model) to cut "
-                "per-op host overhead."
-            )
+        breakdown = ", ".join(f"{c} {fmt_us(v)}{_owner(self.claimed_by, str(c))}" for c, v in causes.items())
+        worst = mine.gaps.nlargest(5, "dur_ns")
+        labels = (f"GPU idle: {c}, {d or 'unknown'}" for c, d in zip(worst["cause"], worst["detail"], strict=True))
+        total = int(gaps["dur_ns"].sum())
         yield self.finding(
             trace,
             message=(
-                f"GPU idle {total / 1e3:.1f} µs in {len(gaps)} gaps of {opts.min_gap_us:g} µs or more "
-                f"({100 * total / window:.1f}% of the steps). "
-                f"{int(mine['dur_ns'].sum()) / 1e3:.1f} µs of it is not another rule's cause (CPU stalls, GPU-side "
-                f"waits), most in {top_name} ({top_ns / 1e3:.1f} µs); about {claimed / 1e3:.1f} µs of that would "
-                f"remain without the profiler. Idle by cause: {breakdown}."
+                f"GPU idle {fmt_us(total)} in {len(gaps)} gaps of {opts.min_gap_us:g} µs or more "
+                f"({share_of_steps(trace, total):.1f}% of the steps). {fmt_us(mine.raw_ns)} of it is not another "
+                f"rule's cause (CPU stalls, GPU-side waits), most in {top_name} ({fmt_us(top_ns)}); about "
+                f"{fmt_us(mine.recoverable_ns)} of that would remain without the profiler. Idle by cause: {breakdown}."
             ),
-            recommendation=rec,
-            impact_ns=claimed,
-            basis=(
-                "GPU idle while the host stalled in CPU work or the queued work waited on the GPU side, less the "
-                f"profiler's own cost of {opts.profiler_event_us:g} µs per event recorded in those gaps (the other "
-                "causes of idle are other rules')"
-            ),
-            evidence=evidence,
-            location=location,
+            recommendation=_recommendation(top_name),
+            impact_ns=mine.recoverable_ns,
+            basis=BASIS.format(opts.profiler_event_us),
+            evidence=evidence_of(worst, labels, start="start_ns"),
+            location=_location(trace, mine.gaps, top_name),
             data={
-                "idle_us": total / 1e3,
-                "claimed_us": int(mine["dur_ns"].sum()) / 1e3,
-                "recoverable_us": claimed / 1e3,
+                "idle_us": us(total),
+                "claimed_us": us(mine.raw_ns),
+                "recoverable_us": us(mine.recoverable_ns),
                 "gaps": len(gaps),
                 "top_op": top_name,
-                "by_cause_us": {str(c): int(v) / 1e3 for c, v in causes.items()},
+                "by_cause_us": {str(c): us(int(v)) for c, v in causes.items()},
             },
         )
+
+
+def _location(trace: Trace, mine: pd.DataFrame, top_name: str) -> Location | None:
+    """The source line of the host op that held the longest gap of the top detail, when the gap
+    started (the op may have begun long before)."""
+    first = mine[mine["detail"] == top_name].nlargest(1, "dur_ns").iloc[0]
+    if first["host_row"] < 0:
+        return None
+    h = trace.host.loc[int(first["host_row"])]
+    return event_location(trace, h, at_ns=max(int(h["ts_ns"]), int(first["start_ns"])))
+
+
+def _recommendation(top_name: str) -> str:
+    if top_name == GPU_SIDE:
+        return (
+            "The GPU waited with work already queued: check the cross-stream dependencies (cudaStreamWaitEvent, "
+            "stream.wait_stream) and collectives that hold it back, and overlap them with independent work."
+        )
+    return (
+        f"Take {top_name} off the critical path: overlap it with GPU work or move it out of the step "
+        "(to DataLoader workers, or every N steps); compile the step with torch.compile(model) to cut "
+        "per-op host overhead."
+    )
 
 
 def _owner(claimed_by: Mapping[str, str | None], cause: str) -> str:

@@ -6,22 +6,45 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.rules_api import (
     BLOCKING_CALLS,
     GRAPH_LAUNCHES,
-    PROFILER_EVENT_COST_NS,
+    PROFILER_EVENT_US,
     Capability,
-    Evidence,
     Finding,
     IdleCause,
     Rule,
     Severity,
     Trace,
-    idle_attribution,
-    intervals,
-    location_of,
+    busy_in_windows,
+    evidence_of,
+    fmt_us,
+    idle_of,
+    launch_location,
+    recoverable_per_gap,
+    step_positions,
+    steps_on_gpu,
+    us,
+)
+
+F64 = npt.NDArray[np.float64]
+
+BASIS = (
+    "GPU idle in launch-bound steps that a CUDA graph can capture, where the next kernel was launched "
+    "late after a short host interval (dispatch overhead), less the profiler's own "
+    "{:g} µs per event recorded in those gaps; CPU stalls are idle-gap's"
+)
+GRAPH_RECOMMENDATION = (
+    'Capture the step with CUDA Graphs (torch.cuda.graphs / torch.compile(mode="reduce-overhead")), '
+    "fuse small ops with torch.compile, use foreach/fused optimizers, or raise the batch size."
+)
+SYNC_FIRST_RECOMMENDATION = (
+    "Remove the host-device syncs in the step first (see sync-point), then capture it with CUDA Graphs "
+    '(torch.compile(mode="reduce-overhead")); meanwhile fuse small ops with torch.compile or raise the '
+    "batch size."
 )
 
 
@@ -31,7 +54,7 @@ class Options:
     max_busy_pct: float = 70.0  # ... while the GPU is busy less than this share of the step
     min_launch_pct: float = 3.0  # ... and launch calls take at least this share of the step
     max_graph_pct: float = 50.0  # a step whose kernel time is at least this share graph-replayed is already captured
-    profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
+    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
 
 
 class LaunchOverhead(Rule[Options]):
@@ -81,136 +104,190 @@ class LaunchOverhead(Rule[Options]):
     claims = frozenset({IdleCause.launch_bound})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
-        steps = trace.steps.table
-        steps = steps[steps["gpu_start_ns"] >= 0].reset_index(drop=True)
+        opts = self.options
+        steps = steps_on_gpu(trace)
         dev = trace.device_ids[0]
-        rt = trace.runtime
-        k = trace.kernels
-        k = k[(k["device"] == dev) & (k["launch"] >= 0)]
-        if not len(k) or not len(steps):
+        sk = _step_kernels(trace, steps, dev) if len(steps) else None
+        if sk is None:
             return
-        lrows = k["launch"].to_numpy()
-        graph = rt["name"].isin(GRAPH_LAUNCHES).to_numpy()[lrows] | (k["graph_id"].to_numpy() > 0)
-        launch_dur = rt["dur_ns"].to_numpy()[lrows]
-        kdur = k["dur_ns"].to_numpy()
-        n = len(steps)
-        pos = _step_pos(trace, steps, rt["ts_ns"].to_numpy()[lrows])
-        inside = pos >= 0
-        eager = inside & ~graph
-
-        def per_step(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            return np.bincount(pos[mask], weights=values[mask], minlength=n)
-
-        kernels = per_step(np.ones(len(k)), eager)
-        short = per_step(np.ones(len(k)), eager & (kdur < launch_dur))
-        launch_ns = per_step(launch_dur.astype(np.float64), eager)
-        eager_ns = per_step(kdur.astype(np.float64), eager)
-        graph_ns = per_step(kdur.astype(np.float64), inside & graph)
-        cpu_s, cpu_e = steps["cpu_start_ns"].to_numpy(), steps["cpu_end_ns"].to_numpy()
-        gpu_s, gpu_e = steps["gpu_start_ns"].to_numpy(), steps["gpu_end_ns"].to_numpy()
-        span = np.maximum(cpu_e, gpu_e) - np.minimum(cpu_s, gpu_s)
-        bs, be = trace.busy_intervals(dev)
-        busy = intervals.covered(bs, be, gpu_s, gpu_e)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            short_pct = np.where(kernels > 0, 100.0 * short / kernels, 0.0)
-            busy_pct = np.where(span > 0, 100.0 * busy / span, 100.0)
-            launch_pct = np.where(span > 0, 100.0 * launch_ns / span, 0.0)
-            graph_pct = np.where(eager_ns + graph_ns > 0, 100.0 * graph_ns / (eager_ns + graph_ns), 0.0)
-        bound = (
-            (kernels > 0)
-            & (short_pct >= opts.min_short_pct)
-            & (busy_pct < opts.max_busy_pct)
-            & (launch_pct >= opts.min_launch_pct)
-            & (graph_pct < opts.max_graph_pct)
-        )
+        bound, busy_pct = _launch_bound(trace, steps, sk, dev, opts)
         if not bound.any():
             return
         # A CUDA graph cannot capture a step that synchronizes with the GPU.
-        calls = rt[rt["name"].isin(BLOCKING_CALLS).to_numpy()]
-        sync_pos = _step_pos(trace, steps, calls["ts_ns"].to_numpy())
-        syncs = np.bincount(sync_pos[sync_pos >= 0], minlength=n)
+        syncs = _syncs_per_step(trace, steps)
         capturable = bound & (syncs == 0)
-
-        gaps = idle_attribution(trace)
-        gaps = gaps[gaps["cause"] == "launch_bound"]
-        gap_pos = _step_pos(trace, steps, rt["ts_ns"].to_numpy()[gaps["launch_row"].to_numpy()])
-        event_ns = opts.profiler_event_us * 1000
-        recoverable = np.maximum(gaps["dur_ns"].to_numpy() - gaps["host_events"].to_numpy() * event_ns, 0.0)
-        ok = gap_pos >= 0
-        idle_raw = np.bincount(gap_pos[ok], weights=gaps["dur_ns"].to_numpy()[ok].astype(np.float64), minlength=n)
-        idle_rec = np.bincount(gap_pos[ok], weights=recoverable[ok], minlength=n)
-        saving = float(idle_rec[capturable].sum())
-
-        n_bound = int(bound.sum())
-        sel = bound[np.maximum(pos, 0)] & eager
-        first = int(np.flatnonzero(sel)[0])
-        lr = rt.loc[int(lrows[first])]
-        location = location_of(trace, int(lr["pid"]), int(lr["tid"]), int(lr["ts_ns"]))
-        top = k[sel]["name"].astype(str).value_counts().head(3)
-        tops = ", ".join(f"{nm[:60]} ×{c}" for nm, c in top.items())
-        per = kernels[bound].sum() / n_bound
-        short_all = 100.0 * short[bound].sum() / max(kernels[bound].sum(), 1)
-        med = float(np.median(kdur[sel])) / 1e3
-        head = (
-            f"{n_bound} of {len(steps)} steps are launch-bound: {per:.0f} kernels per step, {short_all:.0f}% shorter "
-            f"than their launch call (median kernel {med:.1f} µs), GPU busy {busy_pct[bound].mean():.0f}% of the step; "
-            f"the GPU idled {idle_raw[bound].sum() / 1e3:.1f} µs waiting for launches. Most launched: {tops}."
-        )
-        blocked = int((bound & ~capturable).sum())
-        if capturable.any():
-            message = head + (
-                f" CUDA Graphs would save about {saving / 1e3:.1f} µs "
-                f"({saving / capturable.sum() / 1e3:.1f} µs per step) without the profiler."
-            )
-            if blocked:
-                message += f" {blocked} of the steps synchronize with the GPU: no graph until those syncs go."
-            rec = (
-                'Capture the step with CUDA Graphs (torch.cuda.graphs / torch.compile(mode="reduce-overhead")), '
-                "fuse small ops with torch.compile, use foreach/fused optimizers, or raise the batch size."
-            )
-        else:
-            message = head + (
-                f" The steps synchronize with the GPU ({syncs[bound].sum() / n_bound:.0f} blocking calls per step), "
-                "which a CUDA graph cannot capture: no saving is claimed until the syncs are gone (see sync-point)."
-            )
-            rec = (
-                "Remove the host-device syncs in the step first (see sync-point), then capture it with CUDA Graphs "
-                '(torch.compile(mode="reduce-overhead")); meanwhile fuse small ops with torch.compile or raise the '
-                "batch size."
-            )
-        worst = gaps[ok & capturable[np.maximum(gap_pos, 0)]].nlargest(5, "dur_ns")
-        evidence = [
-            Evidence(name=f"GPU idle until {d} was launched", ts_us=s / 1000, dur_us=du / 1000)
-            for s, du, d in zip(worst["start_ns"], worst["dur_ns"], worst["detail"], strict=True)
-        ]
+        idle = _launch_bound_idle(trace, steps, opts.profiler_event_us)
+        saving = float(idle.recoverable[capturable].sum())
+        sel = bound[np.maximum(sk.pos, 0)] & sk.eager  # the eager kernels of the launch-bound steps
+        data = _data(sk, sel, bound, capturable, busy_pct, idle, saving)
+        top = sk.kernels[sel]["name"].astype(str).value_counts().head(3)
+        gaps = idle.gaps[(idle.pos >= 0) & capturable[np.maximum(idle.pos, 0)]]
+        worst = gaps.nlargest(5, "dur_ns")
+        labels = (f"GPU idle until {d} was launched" for d in worst["detail"])
         yield self.finding(
             trace,
-            message=message,
-            recommendation=rec,
+            message=_head(len(steps), data, top) + _saving_text(capturable, bound, syncs, saving),
+            recommendation=GRAPH_RECOMMENDATION if capturable.any() else SYNC_FIRST_RECOMMENDATION,
             impact_ns=saving,
-            basis=(
-                "GPU idle in launch-bound steps that a CUDA graph can capture, where the next kernel was launched "
-                "late after a short host interval (dispatch overhead), less the profiler's own "
-                f"{opts.profiler_event_us:g} µs per event recorded in those gaps; CPU stalls are idle-gap's"
-            ),
-            evidence=evidence,
-            location=location,
-            data={
-                "launch_bound_steps": n_bound,
-                "capturable_steps": int(capturable.sum()),
-                "kernels_per_step": float(per),
-                "short_pct": float(short_all),
-                "busy_pct": float(busy_pct[bound].mean()),
-                "median_kernel_us": med,
-                "launch_bound_idle_us": float(idle_raw[bound].sum()) / 1e3,
-                "saving_us": saving / 1e3,
-            },
+            basis=BASIS.format(opts.profiler_event_us),
+            evidence=evidence_of(worst, labels, start="start_ns"),
+            location=launch_location(trace, int(sk.launch_rows[np.flatnonzero(sel)[0]])),
+            data=data,
         )
 
 
-def _step_pos(trace: Trace, steps: pd.DataFrame, ts: np.ndarray) -> np.ndarray:
-    """Position in ``steps`` of the step whose CPU window holds each host time (-1 outside)."""
-    number = trace.step_of(ts)
-    index = pd.Index(steps["step"].to_numpy())
-    return np.where(number >= 0, index.get_indexer(number), -1)
+@dataclass(frozen=True)
+class StepKernels:
+    """The device's kernels that have a launch record, and per step (positions in the steps table)
+    the figures the launch-bound test reads. A kernel belongs to the step its launch call starts in;
+    kernels replayed from a CUDA graph are not eager."""
+
+    kernels: pd.DataFrame
+    launch_rows: npt.NDArray[np.int64]  # each kernel's runtime row
+    pos: npt.NDArray[np.intp]  # each kernel's step position (-1: outside the steps)
+    eager: npt.NDArray[np.bool_]  # inside a step and not graph-replayed
+    count: F64  # eager kernels per step
+    short: F64  # ... of which shorter than their launch call
+    launch_ns: F64  # time in the eager kernels' launch calls per step
+    eager_ns: F64  # eager kernel time per step
+    graph_ns: F64  # graph-replayed kernel time per step
+
+
+def _step_kernels(trace: Trace, steps: pd.DataFrame, dev: int) -> StepKernels | None:
+    rt = trace.runtime
+    k = trace.kernels
+    k = k[(k["device"] == dev) & (k["launch"] >= 0)]
+    if not len(k):
+        return None
+    lrows = k["launch"].to_numpy()
+    graph = rt["name"].isin(GRAPH_LAUNCHES).to_numpy()[lrows] | (k["graph_id"].to_numpy() > 0)
+    launch_dur = rt["dur_ns"].to_numpy()[lrows]
+    kdur = k["dur_ns"].to_numpy()
+    pos = step_positions(trace, steps, rt["ts_ns"].to_numpy()[lrows])
+    inside = pos >= 0
+    eager = inside & ~graph
+
+    def per_step(values: np.ndarray, mask: np.ndarray) -> F64:
+        return np.asarray(np.bincount(pos[mask], weights=values[mask], minlength=len(steps)), dtype=np.float64)
+
+    return StepKernels(
+        kernels=k,
+        launch_rows=lrows,
+        pos=pos,
+        eager=eager,
+        count=per_step(np.ones(len(k)), eager),
+        short=per_step(np.ones(len(k)), eager & (kdur < launch_dur)),
+        launch_ns=per_step(launch_dur.astype(np.float64), eager),
+        eager_ns=per_step(kdur.astype(np.float64), eager),
+        graph_ns=per_step(kdur.astype(np.float64), inside & graph),
+    )
+
+
+def _launch_bound(
+    trace: Trace, steps: pd.DataFrame, sk: StepKernels, dev: int, opts: Options
+) -> tuple[npt.NDArray[np.bool_], F64]:
+    """Which steps are launch-bound, and the GPU busy share of each step (%)."""
+    cpu_s, cpu_e = steps["cpu_start_ns"].to_numpy(), steps["cpu_end_ns"].to_numpy()
+    gpu_s, gpu_e = steps["gpu_start_ns"].to_numpy(), steps["gpu_end_ns"].to_numpy()
+    span = np.maximum(cpu_e, gpu_e) - np.minimum(cpu_s, gpu_s)
+    busy = busy_in_windows(trace, dev, gpu_s, gpu_e)
+    kernel_ns = sk.eager_ns + sk.graph_ns
+    with np.errstate(divide="ignore", invalid="ignore"):
+        short_pct = np.where(sk.count > 0, 100.0 * sk.short / sk.count, 0.0)
+        busy_pct = np.where(span > 0, 100.0 * busy / span, 100.0)
+        launch_pct = np.where(span > 0, 100.0 * sk.launch_ns / span, 0.0)
+        graph_pct = np.where(kernel_ns > 0, 100.0 * sk.graph_ns / kernel_ns, 0.0)
+    bound = (
+        (sk.count > 0)
+        & (short_pct >= opts.min_short_pct)
+        & (busy_pct < opts.max_busy_pct)
+        & (launch_pct >= opts.min_launch_pct)
+        & (graph_pct < opts.max_graph_pct)
+    )
+    return bound, busy_pct
+
+
+def _syncs_per_step(trace: Trace, steps: pd.DataFrame) -> npt.NDArray[np.int64]:
+    """Blocking calls (synchronizes, synchronous copies) per step."""
+    rt = trace.runtime
+    calls = rt[rt["name"].isin(BLOCKING_CALLS).to_numpy()]
+    pos = step_positions(trace, steps, calls["ts_ns"].to_numpy())
+    return np.bincount(pos[pos >= 0], minlength=len(steps))
+
+
+@dataclass(frozen=True)
+class LaunchIdle:
+    """The idle gaps this rule claims, the step of each (by the launch that ended it), and per step
+    their idle as recorded and less the profiler's own cost."""
+
+    gaps: pd.DataFrame
+    pos: npt.NDArray[np.intp]
+    raw: F64
+    recoverable: F64
+
+
+def _launch_bound_idle(trace: Trace, steps: pd.DataFrame, profiler_event_us: float) -> LaunchIdle:
+    gaps = idle_of(trace, IdleCause.launch_bound)
+    pos = step_positions(trace, steps, trace.runtime["ts_ns"].to_numpy()[gaps["launch_row"].to_numpy()])
+    ok = pos >= 0
+    dur = gaps["dur_ns"].to_numpy()[ok].astype(np.float64)
+    rec = recoverable_per_gap(gaps, profiler_event_us)[ok]
+    return LaunchIdle(
+        gaps=gaps,
+        pos=pos,
+        raw=np.asarray(np.bincount(pos[ok], weights=dur, minlength=len(steps)), dtype=np.float64),
+        recoverable=np.asarray(np.bincount(pos[ok], weights=rec, minlength=len(steps)), dtype=np.float64),
+    )
+
+
+def _data(
+    sk: StepKernels,
+    sel: npt.NDArray[np.bool_],
+    bound: npt.NDArray[np.bool_],
+    capturable: npt.NDArray[np.bool_],
+    busy_pct: F64,
+    idle: LaunchIdle,
+    saving: float,
+) -> dict[str, int | float]:
+    n_bound = int(bound.sum())
+    kdur = sk.kernels["dur_ns"].to_numpy()
+    return {
+        "launch_bound_steps": n_bound,
+        "capturable_steps": int(capturable.sum()),
+        "kernels_per_step": float(sk.count[bound].sum() / n_bound),
+        "short_pct": float(100.0 * sk.short[bound].sum() / max(sk.count[bound].sum(), 1)),
+        "busy_pct": float(busy_pct[bound].mean()),
+        "median_kernel_us": us(np.median(kdur[sel])),
+        "launch_bound_idle_us": us(idle.raw[bound].sum()),
+        "saving_us": us(saving),
+    }
+
+
+def _head(n_steps: int, data: dict[str, int | float], top: pd.Series) -> str:
+    """What makes the steps launch-bound, and the kernels launched most."""
+    return (
+        f"{data['launch_bound_steps']} of {n_steps} steps are launch-bound: {data['kernels_per_step']:.0f} "
+        f"kernels per step, {data['short_pct']:.0f}% shorter than their launch call (median kernel "
+        f"{data['median_kernel_us']:.1f} µs), GPU busy {data['busy_pct']:.0f}% of the step; the GPU idled "
+        f"{data['launch_bound_idle_us']:.1f} µs waiting for launches. Most launched: "
+        + ", ".join(f"{nm[:60]} ×{c}" for nm, c in top.items())
+        + "."
+    )
+
+
+def _saving_text(
+    capturable: npt.NDArray[np.bool_], bound: npt.NDArray[np.bool_], syncs: npt.NDArray[np.int64], saving: float
+) -> str:
+    if not capturable.any():
+        return (
+            f" The steps synchronize with the GPU ({syncs[bound].sum() / bound.sum():.0f} blocking calls per step), "
+            "which a CUDA graph cannot capture: no saving is claimed until the syncs are gone (see sync-point)."
+        )
+    text = (
+        f" CUDA Graphs would save about {fmt_us(saving)} ({fmt_us(saving / capturable.sum())} per step) "
+        "without the profiler."
+    )
+    blocked = int((bound & ~capturable).sum())
+    if blocked:
+        text += f" {blocked} of the steps synchronize with the GPU: no graph until those syncs go."
+    return text

@@ -10,17 +10,23 @@ import pandas as pd
 
 from traceadvisor.rules_api import (
     BLOCKING_CALLS,
-    PROFILER_EVENT_COST_NS,
+    PROFILER_EVENT_US,
     Capability,
-    Evidence,
+    ClaimedIdle,
     Finding,
     IdleCause,
+    Location,
     Rule,
     Severity,
     Trace,
-    idle_attribution,
-    location_of,
-    recoverable_ns,
+    at_source,
+    event_location,
+    evidence_of,
+    fmt_us,
+    idle_of,
+    in_steps,
+    share_of_steps,
+    us,
 )
 
 # Blocking calls: traceadvisor.rules_api.BLOCKING_CALLS (shared with the idle attribution).
@@ -44,12 +50,22 @@ CAUSING_OPS = (
     "aten::cpu",
 )
 
+RECOMMENDATION = (
+    "Remove the sync in {}: keep values on the device, call .item()/log only every N steps, "
+    "copy with .to('cpu', non_blocking=True) into pinned memory, avoid data-dependent shapes "
+    "(boolean-mask indexing, nonzero); find every sync with torch.cuda.set_sync_debug_mode('warn')."
+)
+BASIS = (
+    "GPU idle around blocking synchronize calls in the steps (the drain after each call, and the host "
+    "still inside the op that synchronized), less the profiler's own {:g} µs per event recorded in those gaps"
+)
+
 
 @dataclass(frozen=True)
 class Options:
     min_idle_pct: float = 0.5  # report only when sync-caused GPU idle is at least this share of the steps
     min_per_step: float = 1.0  # ... or when there are at least this many syncs per step
-    profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
+    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
 
 
 class SyncPoint(Rule[Options]):
@@ -100,76 +116,65 @@ class SyncPoint(Rule[Options]):
     claims = frozenset({IdleCause.sync})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         rt = trace.runtime
         calls = rt[rt["name"].isin(BLOCKING_CALLS).to_numpy()]
         if not len(calls):
             return
-        steps = trace.steps.table
-        mine = calls.drop(index=_profiler_final_sync(trace, calls))
-        if len(steps):
-            mine = mine[trace.step_of(mine["ts_ns"].to_numpy()) >= 0]
+        mine = in_steps(trace, calls.drop(index=_profiler_final_sync(trace, calls)))
         if not len(mine):
             return
         # The idle this rule claims: gaps the attribution gave to one of these calls (the drain after
         # it, or the host still inside the op that synchronized), not to the profiler's final sync.
-        gaps = idle_attribution(trace)
-        gaps = gaps[(gaps["cause"] == "sync") & np.isin(gaps["blocking_row"].to_numpy(), mine.index.to_numpy())]
-        idle_raw = int(gaps["dur_ns"].sum())
-        idle = recoverable_ns(gaps, opts.profiler_event_us * 1000)
-        blocked = int(mine["dur_ns"].sum())
-        n_steps = max(len(steps), 1)
-        per_step = len(mine) / n_steps
-        window = trace.analysed_ns
-        share = 100.0 * idle / window if window > 0 else 0.0
-        if share < opts.min_idle_pct and per_step < opts.min_per_step:
+        gaps = idle_of(trace, IdleCause.sync)
+        gaps = gaps[np.isin(gaps["blocking_row"].to_numpy(), mine.index.to_numpy())]
+        idle = ClaimedIdle.of(gaps, opts.profiler_event_us)
+        per_step = len(mine) / max(len(trace.steps.table), 1)
+        if share_of_steps(trace, idle.recoverable_ns) < opts.min_idle_pct and per_step < opts.min_per_step:
             return
         mine = mine.assign(cause=_causes(trace, mine))
-        by_cause = mine.groupby("cause")["dur_ns"].agg(["size", "sum"]).sort_values("size", ascending=False)
+        by_cause = _by_cause(mine)
         top_cause = str(by_cause.index[0])
-        parts = ", ".join(f"{c} ×{int(r['size'])}" for c, r in by_cause.head(4).iterrows())
-        first = mine[mine["cause"] == top_cause].iloc[0]
-        location = location_of(trace, int(first["pid"]), int(first["tid"]), int(first["ts_ns"]))
-        where = f" at {location.file}:{location.line}" if location else ""
+        location = event_location(trace, mine[mine["cause"] == top_cause].iloc[0])  # its first call
         worst = mine.nlargest(5, "dur_ns")
-        evidence = [
-            Evidence(name=f"{n} under {c}", ts_us=s / 1000, dur_us=d / 1000)
-            for n, c, s, d in zip(
-                worst["name"].astype(str), worst["cause"], worst["ts_ns"], worst["dur_ns"], strict=True
-            )
-        ]
+        labels = (f"{n} under {c}" for n, c in zip(worst["name"].astype(str), worst["cause"], strict=True))
         yield self.finding(
             trace,
-            message=(
-                f"{len(mine)} host-device synchronizations in the steps ({per_step:.1f} per step), "
-                f"most caused by {top_cause}{where}; by cause: {parts}. The host blocked "
-                f"{blocked / 1e3:.1f} µs and the GPU idled {idle_raw / 1e3:.1f} µs "
-                f"({100.0 * idle_raw / window:.1f}% of the steps) draining and refilling its queue around them; about "
-                f"{idle / 1e3:.1f} µs of that "
-                "would remain without the profiler."
-            ),
-            recommendation=(
-                f"Remove the sync in {top_cause}: keep values on the device, call .item()/log only every N steps, "
-                "copy with .to('cpu', non_blocking=True) into pinned memory, avoid data-dependent shapes "
-                "(boolean-mask indexing, nonzero); find every sync with torch.cuda.set_sync_debug_mode('warn')."
-            ),
-            impact_ns=idle,
-            basis=(
-                "GPU idle around blocking synchronize calls in the steps (the drain after each call, and the host "
-                "still inside the op that synchronized), less the profiler's own "
-                f"{opts.profiler_event_us:g} µs per event recorded in those gaps"
-            ),
-            evidence=evidence,
+            message=_message(trace, mine, by_cause, location, idle),
+            recommendation=RECOMMENDATION.format(top_cause),
+            impact_ns=idle.recoverable_ns,
+            basis=BASIS.format(opts.profiler_event_us),
+            evidence=evidence_of(worst, labels),
             location=location,
             data={
                 "syncs": len(mine),
                 "per_step": per_step,
-                "blocked_us": blocked / 1e3,
-                "idle_us": idle_raw / 1e3,
-                "recoverable_us": idle / 1e3,
+                "blocked_us": us(int(mine["dur_ns"].sum())),
+                "idle_us": us(idle.raw_ns),
+                "recoverable_us": us(idle.recoverable_ns),
                 "top_cause": top_cause,
             },
         )
+
+
+def _by_cause(mine: pd.DataFrame) -> pd.DataFrame:
+    """Count and blocked time of the calls per causing op, most calls first."""
+    return mine.groupby("cause")["dur_ns"].agg(["size", "sum"]).sort_values("size", ascending=False)
+
+
+def _message(
+    trace: Trace, mine: pd.DataFrame, by_cause: pd.DataFrame, location: Location | None, idle: ClaimedIdle
+) -> str:
+    top_cause = str(by_cause.index[0])
+    parts = ", ".join(f"{c} ×{int(r['size'])}" for c, r in by_cause.head(4).iterrows())
+    per_step = len(mine) / max(len(trace.steps.table), 1)
+    return (
+        f"{len(mine)} host-device synchronizations in the steps ({per_step:.1f} per step), "
+        f"most caused by {top_cause}{at_source(location)}; by cause: {parts}. The host "
+        f"blocked {fmt_us(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_us(idle.raw_ns)} "
+        f"({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) draining and refilling its queue around them; "
+        f"about {fmt_us(idle.recoverable_ns)} of that would remain without the profiler."
+    )
 
 
 def _causes(trace: Trace, calls: pd.DataFrame) -> list[str]:
