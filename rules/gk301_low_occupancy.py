@@ -6,8 +6,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from traceadvisor.rules_api import Capability, Evidence, Finding, Rule, Severity, Trace, location_of
+from traceadvisor.rules_api import Capability, Evidence, Finding, Rule, Severity, Trace, fmt_us, op_location, us
+
+RECOMMENDATION = (
+    "Give these kernels more parallel work: batch more rows per launch, parallelise over the "
+    "reduced/scanned dimension (split-K / tiled reduction), or launch more, smaller blocks "
+    "in custom kernels."
+)
 
 
 @dataclass(frozen=True)
@@ -56,89 +63,86 @@ class LowOccupancy(Rule[Options]):
     requires = frozenset({Capability.gpu})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         k = trace.kernels
-        if not len(k):
-            return
-        total = float(k["dur_ns"].sum())
+        total = float(k["dur_ns"].sum()) if len(k) else 0.0
         if total <= 0:
             return
-        props = trace.device_properties() or {}
-        sms = int(props.get("numSms", 0) or 0)
-        blocks = (k["grid_x"].clip(lower=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1)).astype(float)
-        bps = k["blocks_per_sm"].astype(float)
-        coverage = np.where(bps.notna() & (bps > 0), bps.clip(upper=1.0), np.nan)
-        if sms > 0:
-            by_grid = (blocks / sms).clip(upper=1.0).to_numpy()
-            coverage = np.where(np.isnan(coverage), by_grid, coverage)
-        # Only the columns used below: a copy of the whole kernel table costs more than the rule.
-        cols = ["name", "ts_ns", "dur_ns", "stream", *(["op"] if "op" in k else [])]
-        df = k[cols].assign(coverage=coverage, blocks=blocks)
-        df = df[df["coverage"].notna()]
-        if not len(df):
-            return
-        df = df.assign(weighted=df["coverage"] * df["dur_ns"])
-        g = (
-            df[["name", "dur_ns", "weighted", "blocks"]]
-            .groupby("name", observed=True)
-            .agg(
-                dur_ns=("dur_ns", "sum"),
-                weighted=("weighted", "sum"),
-                n=("dur_ns", "size"),
-                blocks=("blocks", "median"),
-            )
-        )
-        g["coverage"] = g["weighted"] / g["dur_ns"]
-        g["pct"] = 100.0 * g["dur_ns"] / total
-        g["mean_us"] = g["dur_ns"] / g["n"] / 1e3
-        hot = g[
-            (g["pct"] >= opts.min_kernel_pct) & (g["coverage"] < opts.max_coverage) & (g["mean_us"] >= opts.min_mean_us)
-        ]
+        sms = int((trace.device_properties() or {}).get("numSms", 0) or 0)
+        df = _with_coverage(k, sms)
+        hot = _hot(df, total, opts) if len(df) else df
         if not len(hot):
             return
-        hot = hot.sort_values("dur_ns", ascending=False)
-        impact = float((hot["dur_ns"] * (1.0 - hot["coverage"])).sum())
         names = [str(n) for n in hot.index]
         hot_codes = df["name"].cat.categories.get_indexer(hot.index)  # distinct names: one code each
-        rows = df[np.isin(df["name"].cat.codes.to_numpy(), hot_codes)]
-        worst = rows.nlargest(5, "dur_ns")
-        evidence = [
-            Evidence(
-                name=f"{str(r.name)[:100]} (grid {int(r.blocks)} blocks, {100 * r.coverage:.0f}% of SMs)",
-                ts_us=int(r.ts_ns) / 1000.0,
-                dur_us=int(r.dur_ns) / 1000.0,
-                stream=int(r.stream),
-            )
-            for r in worst.itertuples()
-        ]
-        location = None
-        op = int(worst.iloc[0]["op"]) if "op" in worst else -1
-        if op >= 0:
-            h = trace.host.loc[op]
-            location = location_of(trace, int(h["pid"]), int(h["tid"]), int(h["ts_ns"]))
+        worst = df[np.isin(df["name"].cat.codes.to_numpy(), hot_codes)].nlargest(5, "dur_ns")
         top = hot.iloc[0]
         short = names[0] if len(names[0]) <= 90 else names[0][:87] + "..."
-        sm_txt = f" of {sms} SMs" if sms else ""
         yield self.finding(
             trace,
             message=(
-                f"{len(hot)} hot kernel(s) fill few SMs: {short} runs {top['dur_ns'] / 1e3:.1f} µs "
+                f"{len(hot)} hot kernel(s) fill few SMs: {short} runs {fmt_us(top['dur_ns'])} "
                 f"({top['pct']:.0f}% of kernel time) with {int(top['blocks'])} blocks, "
-                f"{100 * top['coverage']:.0f}% SM coverage{sm_txt}; low-occupancy kernels take "
-                f"{hot['dur_ns'].sum() / 1e3:.1f} µs in all."
+                f"{100 * top['coverage']:.0f}% SM coverage{f' of {sms} SMs' if sms else ''}; low-occupancy kernels "
+                f"take {fmt_us(hot['dur_ns'].sum())} in all."
             ),
-            recommendation=(
-                "Give these kernels more parallel work: batch more rows per launch, parallelise over the "
-                "reduced/scanned dimension (split-K / tiled reduction), or launch more, smaller blocks "
-                "in custom kernels."
-            ),
-            impact_ns=impact,
+            recommendation=RECOMMENDATION,
+            impact_ns=float((hot["dur_ns"] * (1.0 - hot["coverage"])).sum()),
             basis="upper bound: kernel time × (1 − SM coverage), as if the work spread over all SMs",
-            evidence=evidence,
-            location=location,
+            evidence=_evidence(worst),
+            location=op_location(trace, int(worst.iloc[0]["op"])) if "op" in worst else None,
             data={
                 "kernels": names,
                 "coverage": [float(c) for c in hot["coverage"]],
-                "low_occupancy_us": float(hot["dur_ns"].sum() / 1e3),
+                "low_occupancy_us": us(hot["dur_ns"].sum()),
             },
         )
+
+
+def _with_coverage(k: pd.DataFrame, sms: int) -> pd.DataFrame:
+    """The kernels whose SM coverage is known, with it and their grid's block count. Coverage is
+    Kineto's ``blocks per SM`` (capped at 1), else grid blocks / SM count (``deviceProperties``)."""
+    blocks = (k["grid_x"].clip(lower=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1)).astype(float)
+    bps = k["blocks_per_sm"].astype(float)
+    coverage = np.where(bps.notna() & (bps > 0), bps.clip(upper=1.0), np.nan)
+    if sms > 0:
+        by_grid = (blocks / sms).clip(upper=1.0).to_numpy()
+        coverage = np.where(np.isnan(coverage), by_grid, coverage)
+    # Only the columns used below: a copy of the whole kernel table costs more than the rule.
+    cols = ["name", "ts_ns", "dur_ns", "stream", *(["op"] if "op" in k else [])]
+    df = k[cols].assign(coverage=coverage, blocks=blocks)
+    return df[df["coverage"].notna()]
+
+
+def _hot(df: pd.DataFrame, total: float, opts: Options) -> pd.DataFrame:
+    """Kernels by name that are hot, long enough and low in coverage, most time first."""
+    df = df.assign(weighted=df["coverage"] * df["dur_ns"])
+    g = (
+        df[["name", "dur_ns", "weighted", "blocks"]]
+        .groupby("name", observed=True)
+        .agg(
+            dur_ns=("dur_ns", "sum"),
+            weighted=("weighted", "sum"),
+            n=("dur_ns", "size"),
+            blocks=("blocks", "median"),
+        )
+    )
+    g["coverage"] = g["weighted"] / g["dur_ns"]
+    g["pct"] = 100.0 * g["dur_ns"] / total
+    g["mean_us"] = g["dur_ns"] / g["n"] / 1e3
+    hot = g[
+        (g["pct"] >= opts.min_kernel_pct) & (g["coverage"] < opts.max_coverage) & (g["mean_us"] >= opts.min_mean_us)
+    ]
+    return hot.sort_values("dur_ns", ascending=False)
+
+
+def _evidence(worst: pd.DataFrame) -> list[Evidence]:
+    return [
+        Evidence(
+            name=f"{str(r.name)[:100]} (grid {int(r.blocks)} blocks, {100 * r.coverage:.0f}% of SMs)",
+            ts_us=int(r.ts_ns) / 1000.0,
+            dur_us=int(r.dur_ns) / 1000.0,
+            stream=int(r.stream),
+        )
+        for r in worst.itertuples()
+    ]

@@ -6,11 +6,31 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from traceadvisor.rules_api import Capability, Finding, Rule, Severity, Trace, category_mask, evidence_from, location_of
+from traceadvisor.rules_api import (
+    Capability,
+    Finding,
+    Location,
+    Rule,
+    Severity,
+    Trace,
+    at_source,
+    category_mask,
+    evidence_from,
+    fmt_us,
+    in_steps,
+    launch_location,
+    us,
+    worth_reporting,
+)
 
 MEMCPY = 1
 SYNC_COPY_CALLS = ("cudaMemcpy", "cudaMemcpy2D", "hipMemcpy")
+RECOMMENDATION = (
+    "Pin the host memory (DataLoader(pin_memory=True) or tensor.pin_memory() once) and copy with "
+    ".to(device, non_blocking=True) so copies run at full link bandwidth and overlap compute."
+)
 
 
 @dataclass(frozen=True)
@@ -59,70 +79,30 @@ class PageableCopy(Rule[Options]):
     requires = frozenset({Capability.gpu})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         g = trace.gpu
         copies = g[g["kind"] == MEMCPY]
         # Names are tested once per distinct name (category_mask), not once per row.
-        names = copies["name"]
-        pageable = copies[category_mask(names, lambda n: n.str.contains("Pageable", regex=False))]
-        pinned = copies[
-            category_mask(names, lambda n: n.str.contains("Pinned", regex=False)) & (copies["bytes"] >= 1 << 20)
-        ]
+        pageable = copies[category_mask(copies["name"], lambda n: n.str.contains("Pageable", regex=False))]
         rt = trace.runtime
-        sync_calls = rt[category_mask(rt["name"], lambda n: n.isin(SYNC_COPY_CALLS))]
-        steps = trace.steps.table
-        if len(steps):
-            sync_calls = sync_calls[trace.step_of(sync_calls["ts_ns"].to_numpy()) >= 0]
+        sync_calls = in_steps(trace, rt[category_mask(rt["name"], lambda n: n.isin(SYNC_COPY_CALLS))])
         if not len(pageable) and not len(sync_calls):
             return
-        if len(pinned):
-            rate = opts.measured_factor * float(pinned["bytes"].sum()) / float(pinned["dur_ns"].sum())  # bytes/ns
-            rate_basis = f"{opts.measured_factor:.1f} × pinned copies measured in this trace ({rate:.1f} GB/s)"
-        else:
-            props = trace.device_properties() or {}
-            gbps = opts.pinned_gbps_pcie5 if int(props.get("computeMajor", 0) or 0) >= 9 else opts.pinned_gbps_pcie4
-            rate = gbps
-            rate_basis = f"{gbps:.0f} GB/s assumed pinned rate"
+        rate, rate_basis = _pinned_rate(trace, copies, opts)
         need = pageable["bytes"].fillna(0).to_numpy() / rate
-        excess = np.maximum(pageable["dur_ns"].to_numpy() - need, 0.0)
-        copy_excess = float(excess.sum())
-        blocked = 0.0
-        if len(sync_calls):
-            own = g[g["launch"].isin(sync_calls.index)].groupby("launch")["dur_ns"].sum()
-            gpu_part = own.reindex(sync_calls.index).fillna(0).to_numpy()
-            blocked = float(np.maximum(sync_calls["dur_ns"].to_numpy() - gpu_part, 0).sum())
+        copy_excess = float(np.maximum(pageable["dur_ns"].to_numpy() - need, 0.0).sum())
+        blocked = _blocked_ns(trace, sync_calls)
         impact = copy_excess + blocked
-        window = trace.analysed_ns
-        if window <= 0 or 100.0 * impact / window < opts.min_impact_pct:
+        if not worth_reporting(trace, impact, opts.min_impact_pct):
             return
-        total_bytes = float(pageable["bytes"].fillna(0).sum())
-        total_dur = float(pageable["dur_ns"].sum())
-        achieved = total_bytes / total_dur if total_dur > 0 else 0.0
-        location = None
-        src = pageable.nlargest(1, "dur_ns") if len(pageable) else None
-        if src is not None and int(src["launch"].iloc[0]) >= 0:
-            r = rt.loc[int(src["launch"].iloc[0])]
-            location = location_of(trace, int(r["pid"]), int(r["tid"]), int(r["ts_ns"]))
-        kinds = ", ".join(f"{n} ×{c}" for n, c in pageable["name"].astype(str).value_counts().items())
-        parts = []
-        if len(pageable):
-            parts.append(
-                f"{len(pageable)} pageable copies ({kinds}) moved {total_bytes / 1e6:.1f} MB in "
-                f"{total_dur / 1e3:.1f} µs ({achieved:.1f} GB/s)"
-            )
-        if len(sync_calls):
-            parts.append(f"{len(sync_calls)} synchronous cudaMemcpy calls blocked the host {blocked / 1e3:.1f} µs")
-        where = f" at {location.file}:{location.line}" if location else ""
+        total_bytes, achieved = float(pageable["bytes"].fillna(0).sum()), _achieved_gbps(pageable)
+        largest = pageable.nlargest(1, "dur_ns")
+        location = launch_location(trace, int(largest["launch"].iloc[0])) if len(pageable) else None
         yield self.finding(
             trace,
-            message=(
-                "; ".join(parts) + f"{where}. From pinned memory they would need ~{impact / 1e3:.1f} µs less "
-                f"({rate_basis})."
-            ),
-            recommendation=(
-                "Pin the host memory (DataLoader(pin_memory=True) or tensor.pin_memory() once) and copy with "
-                ".to(device, non_blocking=True) so copies run at full link bandwidth and overlap compute."
-            ),
+            message=_message(pageable, sync_calls, blocked, location)
+            + f". From pinned memory they would need ~{fmt_us(impact)} less ({rate_basis}).",
+            recommendation=RECOMMENDATION,
             impact_ns=impact,
             basis=f"pageable copy time beyond the pinned rate ({rate_basis}) plus host time blocked in cudaMemcpy",
             evidence=evidence_from(pageable, category="memcpy"),
@@ -133,7 +113,48 @@ class PageableCopy(Rule[Options]):
                 "bytes": total_bytes,
                 "achieved_gbps": achieved,
                 "pinned_gbps": rate,
-                "excess_us": copy_excess / 1e3,
-                "blocked_us": blocked / 1e3,
+                "excess_us": us(copy_excess),
+                "blocked_us": us(blocked),
             },
         )
+
+
+def _pinned_rate(trace: Trace, copies: pd.DataFrame, opts: Options) -> tuple[float, str]:
+    """The pinned copy rate (bytes/ns = GB/s) a pageable copy would reach, and how it was found:
+    measured on this trace's large pinned copies when there are some, else assumed by GPU generation."""
+    is_pinned = category_mask(copies["name"], lambda n: n.str.contains("Pinned", regex=False))
+    pinned = copies[is_pinned & (copies["bytes"] >= 1 << 20)]
+    if len(pinned):
+        rate = opts.measured_factor * float(pinned["bytes"].sum()) / float(pinned["dur_ns"].sum())  # bytes/ns
+        return rate, f"{opts.measured_factor:.1f} × pinned copies measured in this trace ({rate:.1f} GB/s)"
+    props = trace.device_properties() or {}
+    gbps = opts.pinned_gbps_pcie5 if int(props.get("computeMajor", 0) or 0) >= 9 else opts.pinned_gbps_pcie4
+    return gbps, f"{gbps:.0f} GB/s assumed pinned rate"
+
+
+def _blocked_ns(trace: Trace, sync_calls: pd.DataFrame) -> float:
+    """Host time blocked in synchronous copy calls beyond the GPU time of the copies they issued."""
+    if not len(sync_calls):
+        return 0.0
+    g = trace.gpu
+    own = g[g["launch"].isin(sync_calls.index)].groupby("launch")["dur_ns"].sum()
+    gpu_part = own.reindex(sync_calls.index).fillna(0).to_numpy()
+    return float(np.maximum(sync_calls["dur_ns"].to_numpy() - gpu_part, 0).sum())
+
+
+def _achieved_gbps(pageable: pd.DataFrame) -> float:
+    total_dur = float(pageable["dur_ns"].sum())
+    return float(pageable["bytes"].fillna(0).sum()) / total_dur if total_dur > 0 else 0.0
+
+
+def _message(pageable: pd.DataFrame, sync_calls: pd.DataFrame, blocked: float, location: Location | None) -> str:
+    parts = []
+    if len(pageable):
+        kinds = ", ".join(f"{n} ×{c}" for n, c in pageable["name"].astype(str).value_counts().items())
+        parts.append(
+            f"{len(pageable)} pageable copies ({kinds}) moved {float(pageable['bytes'].fillna(0).sum()) / 1e6:.1f} MB "
+            f"in {fmt_us(float(pageable['dur_ns'].sum()))} ({_achieved_gbps(pageable):.1f} GB/s)"
+        )
+    if len(sync_calls):
+        parts.append(f"{len(sync_calls)} synchronous cudaMemcpy calls blocked the host {fmt_us(blocked)}")
+    return "; ".join(parts) + at_source(location)

@@ -8,7 +8,6 @@ from math import prod
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.rules_api import (
@@ -18,11 +17,15 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     category_mask,
+    distinct_signatures,
     evidence_from,
-    location_of,
+    fmt_us,
+    names_at,
+    op_location,
     parse_raw,
+    pct,
     roofline_of,
-    signature_codes,
+    us,
 )
 
 SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
@@ -30,6 +33,10 @@ SOFTMAX_BWD_OPS = {"aten::_softmax_backward_data"}
 MATMUL_OPS = {"aten::bmm", "aten::baddbmm", "aten::matmul", "aten::mm"}
 SDPA_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 Score = tuple[int, int, int]  # (batch·heads, L, S) of a score matrix
+RECOMMENDATION = (
+    "Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) (or attn_mask=...) "
+    "instead of matmul/softmax/matmul."
+)
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,13 @@ def _peak(trace: Trace, dtype: str) -> float | None:
     return f.get("tf32") or f.get("fp32")
 
 
-def op_names(host: pd.DataFrame, pos: npt.NDArray[np.intp]) -> list[str]:
-    """Names of the host rows at positions ``pos`` (``""`` where a row has none)."""
-    codes = host["name"].cat.codes.to_numpy()[pos]
-    cats = np.asarray(host["name"].cat.categories.astype(str), dtype=object)
-    return [str(cats[c]) if c >= 0 else "" for c in codes]
+def _unfused_scores(ops: pd.DataFrame, min_seq: int) -> tuple[set[Score], str]:
+    """The score matrices the softmax ops read and the attention's dtype (``_score_shapes``); none
+    when a fused attention op (SDPA, flash, memory-efficient, cuDNN) ran."""
+    names = ops["name"]
+    if category_mask(names, lambda n: n.str.contains("|".join(SDPA_MARKERS))).any():
+        return set(), "fp32"
+    return _score_shapes(ops[category_mask(names, lambda n: n.isin(SOFTMAX_OPS))], min_seq)
 
 
 def _score_shapes(soft: pd.DataFrame, min_seq: int) -> tuple[set[Score], str]:
@@ -65,7 +74,7 @@ def _score_shapes(soft: pd.DataFrame, min_seq: int) -> tuple[set[Score], str]:
     if not len(soft):
         return set(), "fp32"
     dims_col, types_col = soft["input_dims"].to_numpy(), soft["input_types"].to_numpy()
-    sig = signature_codes(soft, np.arange(len(soft)), ("input_dims", "input_types"))
+    sig, _ = distinct_signatures(soft, np.arange(len(soft)), ("input_dims", "input_types"))
     scores: set[Score] = set()
     labels: list[str] = []
     # Signatures in order of first appearance, so the set is filled in the order of the ops.
@@ -164,72 +173,76 @@ class UnfusedAttention(Rule[Options]):
     requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
-        ops = trace.ops
-        k = trace.kernels
+        opts = self.options
+        ops, k = trace.ops, trace.kernels
         if not len(ops) or not len(k):
             return
-        names = ops["name"]
-        if category_mask(names, lambda n: n.str.contains("|".join(SDPA_MARKERS))).any():
-            return
-        scores, dtype = _score_shapes(ops[category_mask(names, lambda n: n.isin(SOFTMAX_OPS))], opts.min_seq)
+        scores, dtype = _unfused_scores(ops, opts.min_seq)
         if not scores:
             return
         k = k[k["op"].to_numpy() >= 0]
-        host = trace.host
-        launching_rows = np.unique(k["op"].to_numpy())
-        pos = host.index.get_indexer(launching_rows)
-        launching_rows, pos = launching_rows[pos >= 0], pos[pos >= 0]
-        # Each distinct (name, input dims) once: a model repeats its layers' shapes in every step.
-        sig = signature_codes(host, pos, ("input_dims",))
-        first = pos[np.unique(sig, return_index=True)[1]]
-        dims_col = host["input_dims"].to_numpy()
-        roles = [_score_role(n, dims_col[p], scores) for n, p in zip(op_names(host, first), first, strict=True)]
-        count = np.bincount(sig, minlength=len(roles)).astype(np.float64)  # ops per signature
-        hit = np.array([r.hit for r in roles], dtype=bool)
-        score_rows = launching_rows[hit[sig]].tolist()
-        fwd_flops = float(np.array([r.fwd_flops for r in roles], dtype=np.float64) @ count)
-        matmuls = int(count[np.array([r.matmul for r in roles], dtype=bool)].sum())
-        has_bwd = any(r.softmax_bwd for r in roles)
-        if not score_rows or matmuls < 2:
+        path = _score_path(trace.host, k, scores)
+        if not path.rows or path.matmuls < 2:
             return
-        mine = k[k["op"].isin(score_rows)]
+        mine = k[k["op"].isin(path.rows)]
         path_ns = float(mine["dur_ns"].sum())
-        kernel_ns = float(k["dur_ns"].sum())
-        share = 100.0 * path_ns / kernel_ns if kernel_ns else 0.0
-        if share < opts.min_share_pct:
-            return
-        # With a backward, dP = dO·Vᵀ also produces score-shaped output: halve to keep Q·Kᵀ only.
-        if has_bwd:
-            fwd_flops /= 2.0
-        # P·V has the same FLOPs as Q·Kᵀ; the fused backward does about 2.5× the forward.
-        flops = 2.0 * fwd_flops * (3.5 if has_bwd else 1.0)
-        peak = _peak(trace, dtype)
+        share = pct(path_ns, float(k["dur_ns"].sum()))
+        peak = _peak(trace, dtype) if share >= opts.min_share_pct else None
         if not peak:
             return
-        fused_ns = flops / (opts.flash_efficiency * peak) * 1e9
-        saving = max(0.0, path_ns - fused_ns)
+        fused_ns = path.fused_flops / (opts.flash_efficiency * peak) * 1e9
         bh, lq, sk = max(scores, key=lambda t: t[0] * t[1] * t[2])
-        head = host.loc[score_rows[0]]
-        location = location_of(trace, int(head["pid"]), int(head["tid"]), int(head["ts_ns"]))
         yield self.finding(
             trace,
             message=(
                 f"Attention materializes {lq}×{sk} score matrices ({bh} batch·heads): matmul → softmax → matmul "
-                f"and their elementwise/backward ops take {path_ns / 1e3:.1f} µs ({share:.0f}% of kernel time) "
+                f"and their elementwise/backward ops take {fmt_us(path_ns)} ({share:.0f}% of kernel time) "
                 f"without a fused SDPA kernel."
             ),
-            recommendation=(
-                "Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) (or attn_mask=...) "
-                "instead of matmul/softmax/matmul."
-            ),
-            impact_ns=saving,
+            recommendation=RECOMMENDATION,
+            impact_ns=max(0.0, path_ns - fused_ns),
             basis=(
                 f"score-path kernel time minus a fused kernel at {opts.flash_efficiency:.0%} of the "
                 f"{dtype if dtype != 'fp32' else 'TF32'} tensor-core peak ({peak / 1e12:.0f} TFLOP/s; "
-                f"{flops / 1e9:.0f} GFLOP)"
+                f"{path.fused_flops / 1e9:.0f} GFLOP)"
             ),
             evidence=evidence_from(mine),
-            location=location,
-            data={"score_path_us": path_ns / 1e3, "fused_us": fused_ns / 1e3, "backward": has_bwd, "L": lq, "S": sk},
+            location=op_location(trace, path.rows[0]),
+            data={"score_path_us": us(path_ns), "fused_us": us(fused_ns), "backward": path.backward, "L": lq, "S": sk},
         )
+
+
+@dataclass(frozen=True)
+class ScorePath:
+    """The launching ops on the score path and what a fused kernel would compute instead."""
+
+    rows: list[int]  # host rows of the ops that read or write score-shaped tensors, in row order
+    matmuls: int  # matrix products among them
+    fwd_flops: float  # FLOPs of the products that write the scores
+    backward: bool  # a softmax backward of the scores ran
+
+    @property
+    def fused_flops(self) -> float:
+        """FLOPs of a fused kernel: P·V costs as much as Q·Kᵀ, and the fused backward about 2.5× the
+        forward. With a backward, dP = dO·Vᵀ also writes score-shaped output: halve to keep Q·Kᵀ."""
+        fwd = self.fwd_flops / 2.0 if self.backward else self.fwd_flops
+        return 2.0 * fwd * (3.5 if self.backward else 1.0)
+
+
+def _score_path(host: pd.DataFrame, k: pd.DataFrame, scores: set[Score]) -> ScorePath:
+    """The score path among the ops that launched kernels ``k``. Each distinct (name, input dims)
+    is read once: a model repeats its layers' shapes in every step."""
+    launching_rows = np.unique(k["op"].to_numpy())
+    pos = host.index.get_indexer(launching_rows)
+    launching_rows, pos = launching_rows[pos >= 0], pos[pos >= 0]
+    sig, first = distinct_signatures(host, pos, ("input_dims",))
+    dims_col = host["input_dims"].to_numpy()
+    roles = [_score_role(n, dims_col[p], scores) for n, p in zip(names_at(host, first), first, strict=True)]
+    count = np.bincount(sig, minlength=len(roles)).astype(np.float64)  # ops per signature
+    hit = np.array([r.hit for r in roles], dtype=bool)
+    return ScorePath(
+        rows=launching_rows[hit[sig]].tolist(),
+        matmuls=int(count[np.array([r.matmul for r in roles], dtype=bool)].sum()),
+        fwd_flops=float(np.array([r.fwd_flops for r in roles], dtype=np.float64) @ count),
+        backward=any(r.softmax_bwd for r in roles),
+    )

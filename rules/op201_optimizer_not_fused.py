@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from math import prod
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.rules_api import (
     MULTI_TENSOR_MARKS,
-    PROFILER_EVENT_COST_NS,
+    PROFILER_EVENT_US,
     Capability,
     Evidence,
     Finding,
@@ -19,9 +20,13 @@ from traceadvisor.rules_api import (
     Rule,
     Severity,
     Trace,
-    idle_attribution,
-    location_of,
+    category_mask,
+    event_location,
+    fmt_us,
+    idle_of,
     parse_raw,
+    recoverable_per_gap,
+    us,
 )
 
 # HBM bandwidth (bytes/s) from NVIDIA datasheets, by device name; fallback by compute capability.
@@ -30,6 +35,20 @@ BANDWIDTH_BY_MAJOR = {7: 0.9e12, 8: 1.5e12, 9: 3.35e12}
 _DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2}
 # fp32 Adam reads param, grad, exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq.
 ACCESSES_PER_ELEMENT = 7
+OPTIMIZER_STEP = "Optimizer.step#"  # the annotation torch.optim puts around each step() call
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+BOOL = npt.NDArray[np.bool_]
+
+RECOMMENDATION = (
+    "Construct the optimizer with fused=True, e.g. torch.optim.{}(params, fused=True) (or foreach=True); "
+    "remove foreach=False."
+)
+BASIS = (
+    "per step: the larger of the GPU idle while the host ran the per-tensor optimizer loop (less the "
+    "profiler's own {:g} µs per recorded event) and the optimizer kernels' GPU time beyond a fused update "
+    "moving the optimizer state at {:.0%} of {:.2f} TB/s"
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +56,7 @@ class Options:
     min_kernels: int = 32  # optimizer steps with fewer kernels are not worth fusing
     min_kernels_per_param: float = 3.0  # kernels per parameter tensor that mark a per-tensor loop
     bandwidth_efficiency: float = 0.7  # share of the HBM bandwidth a fused optimizer kernel reaches
-    profiler_event_us: float = PROFILER_EVENT_COST_NS / 1000  # the profiler's host cost per recorded event
+    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
 
 
 def _bandwidth(trace: Trace) -> float:
@@ -96,118 +115,184 @@ class OptimizerNotFused(Rule[Options]):
     claims = frozenset({IdleCause.optimizer})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
-        host = trace.host
+        opts = self.options
         ann = trace.annotations
-        ann = ann[ann["name"].astype(str).str.startswith("Optimizer.step#").to_numpy()]
+        ann = ann[ann["name"].astype(str).str.startswith(OPTIMIZER_STEP).to_numpy()]
         k = trace.kernels
         k = k[k["op"] >= 0]
         if not len(ann) or not len(k):
             return
-        # Each kernel's optimizer step: the annotation on its launching op's thread holding that op.
-        launching = k["op"].to_numpy()
-        at = host.index.get_indexer(launching)
-        k_ann = _holding(ann, host["pid"].to_numpy()[at], host["tid"].to_numpy()[at], host["ts_ns"].to_numpy()[at])
-        # Multi-tensor ops, read from host columns (a copy of the op table costs more than this rule).
-        names = host["name"]  # categorical: test each distinct name once
-        multi_name = np.asarray(names.cat.categories.astype(str).str.contains("|".join(MULTI_TENSOR_MARKS)))
-        codes = names.cat.codes.to_numpy()
-        multi = np.flatnonzero(~host["is_annotation"].to_numpy() & (codes >= 0) & multi_name[np.maximum(codes, 0)])
-        in_step = _holding(ann, *(host[c].to_numpy()[multi] for c in ("pid", "tid", "ts_ns")))
-        has_multi = np.bincount(in_step + 1, minlength=len(ann) + 1)[1:] > 0
-        inside = k_ann >= 0
-        kk = pd.DataFrame(
-            {
-                "ann": k_ann[inside],
-                "op": launching[inside],
-                "code": host["name"].cat.codes.to_numpy()[at[inside]],
-                "dur": k["dur_ns"].to_numpy()[inside],
-            }
-        )
-        n_kernels = np.bincount(kk["ann"], minlength=len(ann))
-        gpu_ns = np.bincount(kk["ann"], weights=kk["dur"], minlength=len(ann))
-        # Launching ops per step by name; the most repeated one counts the parameter tensors.
-        ops = kk.drop_duplicates(["ann", "op"])
-        counts = ops.groupby(["ann", "code"]).size().sort_values(ascending=False, kind="stable")
-        counts = counts[~counts.index.get_level_values("ann").duplicated()]
-        params = np.zeros(len(ann), dtype=np.int64)
-        top_code = np.full(len(ann), -2, dtype=np.int64)
-        params[counts.index.get_level_values("ann")] = counts.to_numpy()
-        top_code[counts.index.get_level_values("ann")] = counts.index.get_level_values("code")
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_param = np.where(params > 0, n_kernels / np.maximum(params, 1), 0.0)
-        flagged = (
-            ~has_multi & (n_kernels >= opts.min_kernels) & (params > 0) & (per_param >= opts.min_kernels_per_param)
-        )
+        st = _optimizer_steps(trace, ann, k)
+        flagged = st.per_tensor_loops(opts)
         if not flagged.any():
             return
-        rows = ann.index.to_numpy()
-        # Bytes a fused update moves, from the input dims of each flagged step's most repeated op.
-        top_rows = ops[flagged[ops["ann"].to_numpy()] & (ops["code"].to_numpy() == top_code[ops["ann"].to_numpy()])]
-        moved = np.bincount(
-            top_rows["ann"].to_numpy(),
-            weights=_bytes_moved(host.loc[top_rows["op"].to_numpy(), ["input_dims", "input_types"]]),
-            minlength=len(ann),
-        )
         bw = _bandwidth(trace)
-        fused = np.where(moved > 0, moved / (opts.bandwidth_efficiency * bw) * 1e9, gpu_ns / 4.0)
-        gaps = idle_attribution(trace)
-        gaps = gaps[gaps["cause"] == "optimizer"]
-        gap_ann = pd.Index(rows).get_indexer(gaps["host_row"].to_numpy())  # the optimizer step of each gap
-        recoverable = np.maximum(
-            gaps["dur_ns"].to_numpy() - gaps["host_events"].to_numpy() * opts.profiler_event_us * 1000, 0.0
-        )
-        idle = np.bincount(gap_ann[gap_ann >= 0], weights=recoverable[gap_ann >= 0], minlength=len(ann))[flagged]
-        saving = np.maximum(idle, np.maximum(gpu_ns[flagged] - fused[flagged], 0.0))
-        total_saving = float(saving.sum())
-        steps = int(flagged.sum())
+        fused = _fused_ns(trace, st, flagged, opts.bandwidth_efficiency * bw)
+        gaps = idle_of(trace, IdleCause.optimizer)
+        idle = _idle_per_step(ann, gaps, opts.profiler_event_us)[flagged]
+        saving = np.maximum(idle, np.maximum(st.gpu_ns[flagged] - fused[flagged], 0.0))
         idx = np.flatnonzero(flagged)
         first = ann.iloc[int(idx[0])]
-        single_frames = _single_tensor_frames(trace, ann.iloc[idx])
         optimizer = str(first["name"]).split("#", 1)[1].split(".")[0]
-        kernels_seen = int(n_kernels[flagged].sum())
-        params_seen = int(params[flagged].max())
-        evidence = [
-            Evidence(
-                name=f"{ann['name'].iloc[i]}: {n_kernels[i]} kernels for ~{params[i]} tensors",
-                ts_us=int(ann["ts_ns"].iloc[i]) / 1000.0,
-                dur_us=int(ann["dur_ns"].iloc[i]) / 1000.0,
-            )
-            for i in idx[:5].tolist()
-        ]
-        location = location_of(trace, int(first["pid"]), int(first["tid"]), int(first["ts_ns"]))
-        frames_txt = "; _single_tensor_ frames seen" if single_frames else ""
-        idle_raw = int(gaps[np.isin(gaps["host_row"].to_numpy(), rows[flagged])]["dur_ns"].sum())
+        idle_raw = int(gaps[np.isin(gaps["host_row"].to_numpy(), ann.index.to_numpy()[flagged])]["dur_ns"].sum())
+        found = _flagged(trace, st, flagged, idle_raw, float(saving.sum()))
         yield self.finding(
             trace,
-            message=(
-                f"{optimizer}.step runs per parameter: {kernels_seen / steps:.0f} kernels per step for "
-                f"~{params_seen} parameter tensors ({kernels_seen / steps / params_seen:.1f} per tensor), "
-                f"no foreach/fused ops{frames_txt}. The GPU idled {idle_raw / 1e3:.1f} µs while the host looped over "
-                f"the parameters; a fused update would save about {total_saving / steps / 1e3:.1f} µs per step."
-            ),
-            recommendation=(
-                f"Construct the optimizer with fused=True, e.g. torch.optim.{optimizer or 'AdamW'}(params, fused=True) "
-                "(or foreach=True); remove foreach=False."
-            ),
-            impact_ns=total_saving,
-            basis=(
-                "per step: the larger of the GPU idle while the host ran the per-tensor optimizer loop (less the "
-                f"profiler's own {opts.profiler_event_us:g} µs per recorded event) and the optimizer kernels' GPU "
-                f"time beyond a fused update moving the optimizer state at {opts.bandwidth_efficiency:.0%} of "
-                f"{bw / 1e12:.2f} TB/s"
-            ),
-            evidence=evidence,
-            location=location,
-            data={
-                "steps": steps,
-                "kernels_per_step": kernels_seen / steps,
-                "params": params_seen,
-                "single_tensor_frames": single_frames,
-                "idle_us": idle_raw / 1e3,
-                "saving_per_step_us": total_saving / steps / 1e3,
-            },
+            message=found.message(optimizer),
+            recommendation=RECOMMENDATION.format(optimizer or "AdamW"),
+            impact_ns=found.saving_ns,
+            basis=BASIS.format(opts.profiler_event_us, opts.bandwidth_efficiency, bw / 1e12),
+            evidence=_evidence(st, idx[:5]),
+            location=event_location(trace, first),
+            data=found.data(),
         )
+
+
+@dataclass(frozen=True)
+class OptimizerSteps:
+    """The optimizer steps (``Optimizer.step#`` annotations) with, per step, the kernels launched
+    from inside it and the op the parameter loop repeats most."""
+
+    ann: pd.DataFrame
+    ops: pd.DataFrame  # one row per (step, launching op): ``ann`` (position), ``op`` (host row), ``code`` (name)
+    n_kernels: I64  # kernels per step
+    gpu_ns: F64  # their GPU time per step
+    params: I64  # launches of the most repeated op per step: one per parameter tensor
+    top_code: I64  # that op's name code (-2: no op)
+    has_multi: BOOL  # a multi-tensor (_foreach_ / _fused_) op ran inside the step
+
+    def per_tensor_loops(self, opts: Options) -> BOOL:
+        """The steps that loop over the parameters: no multi-tensor op, enough kernels, and enough
+        kernels per parameter tensor."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_param = np.where(self.params > 0, self.n_kernels / np.maximum(self.params, 1), 0.0)
+        return np.asarray(
+            ~self.has_multi
+            & (self.n_kernels >= opts.min_kernels)
+            & (self.params > 0)
+            & (per_param >= opts.min_kernels_per_param)
+        )
+
+
+def _optimizer_steps(trace: Trace, ann: pd.DataFrame, k: pd.DataFrame) -> OptimizerSteps:
+    host = trace.host
+    # Each kernel's optimizer step: the annotation on its launching op's thread holding that op.
+    launching = k["op"].to_numpy()
+    at = host.index.get_indexer(launching)
+    k_ann = _holding(ann, host["pid"].to_numpy()[at], host["tid"].to_numpy()[at], host["ts_ns"].to_numpy()[at])
+    inside = k_ann >= 0
+    kk = pd.DataFrame(
+        {
+            "ann": k_ann[inside],
+            "op": launching[inside],
+            "code": host["name"].cat.codes.to_numpy()[at[inside]],
+            "dur": k["dur_ns"].to_numpy()[inside],
+        }
+    )
+    # Launching ops per step by name; the most repeated one counts the parameter tensors.
+    ops = kk.drop_duplicates(["ann", "op"])
+    counts = ops.groupby(["ann", "code"]).size().sort_values(ascending=False, kind="stable")
+    counts = counts[~counts.index.get_level_values("ann").duplicated()]
+    params = np.zeros(len(ann), dtype=np.int64)
+    top_code = np.full(len(ann), -2, dtype=np.int64)
+    params[counts.index.get_level_values("ann")] = counts.to_numpy()
+    top_code[counts.index.get_level_values("ann")] = counts.index.get_level_values("code")
+    return OptimizerSteps(
+        ann=ann,
+        ops=ops,
+        n_kernels=np.bincount(kk["ann"], minlength=len(ann)),
+        gpu_ns=np.asarray(np.bincount(kk["ann"], weights=kk["dur"], minlength=len(ann)), dtype=np.float64),
+        params=params,
+        top_code=top_code,
+        has_multi=_has_multi_tensor_ops(host, ann),
+    )
+
+
+def _has_multi_tensor_ops(host: pd.DataFrame, ann: pd.DataFrame) -> BOOL:
+    """Whether a multi-tensor op runs inside each optimizer step (read from the host columns: a copy
+    of the op table costs more than this rule)."""
+    is_multi = category_mask(host["name"], lambda n: n.str.contains("|".join(MULTI_TENSOR_MARKS)))
+    multi = np.flatnonzero(~host["is_annotation"].to_numpy() & is_multi)
+    in_step = _holding(ann, *(host[c].to_numpy()[multi] for c in ("pid", "tid", "ts_ns")))
+    return np.asarray(np.bincount(in_step + 1, minlength=len(ann) + 1)[1:] > 0)
+
+
+def _fused_ns(trace: Trace, st: OptimizerSteps, flagged: BOOL, bytes_per_s: float) -> F64:
+    """Per step: the time of a fused update moving the optimizer state at ``bytes_per_s`` (from the
+    input dims of the flagged steps' most repeated op), or a quarter of the kernels' GPU time
+    without shapes."""
+    ops = st.ops
+    at_ann = ops["ann"].to_numpy()
+    top_rows = ops[flagged[at_ann] & (ops["code"].to_numpy() == st.top_code[at_ann])]
+    moved = np.bincount(
+        top_rows["ann"].to_numpy(),
+        weights=_bytes_moved(trace.host.loc[top_rows["op"].to_numpy(), ["input_dims", "input_types"]]),
+        minlength=len(st.ann),
+    )
+    return np.where(moved > 0, moved / bytes_per_s * 1e9, st.gpu_ns / 4.0)
+
+
+def _idle_per_step(ann: pd.DataFrame, gaps: pd.DataFrame, profiler_event_us: float) -> F64:
+    """Per optimizer step: the idle of the gaps held by it, less the profiler's own cost."""
+    gap_ann = pd.Index(ann.index.to_numpy()).get_indexer(gaps["host_row"].to_numpy())
+    recoverable = recoverable_per_gap(gaps, profiler_event_us)
+    idle = np.bincount(gap_ann[gap_ann >= 0], weights=recoverable[gap_ann >= 0], minlength=len(ann))
+    return np.asarray(idle, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Flagged:
+    """What the flagged optimizer steps show, for the message and the finding's data."""
+
+    steps: int
+    kernels_per_step: float
+    params: int  # parameter tensors (the most in one step)
+    single_tensor_frames: bool
+    idle_ns: int  # GPU idle while the host ran the loop, as recorded
+    saving_ns: float  # the saving over all flagged steps
+
+    def message(self, optimizer: str) -> str:
+        frames_txt = "; _single_tensor_ frames seen" if self.single_tensor_frames else ""
+        return (
+            f"{optimizer}.step runs per parameter: {self.kernels_per_step:.0f} kernels per step for "
+            f"~{self.params} parameter tensors ({self.kernels_per_step / self.params:.1f} per tensor), "
+            f"no foreach/fused ops{frames_txt}. The GPU idled {fmt_us(self.idle_ns)} while the host looped over "
+            f"the parameters; a fused update would save about {fmt_us(self.saving_ns / self.steps)} per step."
+        )
+
+    def data(self) -> dict[str, object]:
+        return {
+            "steps": self.steps,
+            "kernels_per_step": self.kernels_per_step,
+            "params": self.params,
+            "single_tensor_frames": self.single_tensor_frames,
+            "idle_us": us(self.idle_ns),
+            "saving_per_step_us": us(self.saving_ns / self.steps),
+        }
+
+
+def _flagged(trace: Trace, st: OptimizerSteps, flagged: BOOL, idle_ns: int, saving_ns: float) -> Flagged:
+    steps = int(flagged.sum())
+    return Flagged(
+        steps=steps,
+        kernels_per_step=int(st.n_kernels[flagged].sum()) / steps,
+        params=int(st.params[flagged].max()),
+        single_tensor_frames=_single_tensor_frames(trace, st.ann.iloc[np.flatnonzero(flagged)]),
+        idle_ns=idle_ns,
+        saving_ns=saving_ns,
+    )
+
+
+def _evidence(st: OptimizerSteps, idx: npt.NDArray[np.intp]) -> list[Evidence]:
+    ann = st.ann
+    return [
+        Evidence(
+            name=f"{ann['name'].iloc[i]}: {st.n_kernels[i]} kernels for ~{st.params[i]} tensors",
+            ts_us=int(ann["ts_ns"].iloc[i]) / 1000.0,
+            dur_us=int(ann["dur_ns"].iloc[i]) / 1000.0,
+        )
+        for i in idx.tolist()
+    ]
 
 
 def _holding(spans: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import pandas as pd
 
 from traceadvisor.rules_api import (
     Capability,
@@ -16,12 +18,17 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     category_mask,
+    distinct_signatures,
     evidence_from,
-    location_of,
+    fmt_us,
+    names_at,
+    op_location,
     op_work,
     parse_raw,
+    pct,
     roofline_of,
-    signature_codes,
+    us,
+    worth_reporting,
 )
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -30,6 +37,10 @@ MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::ma
 _FP32_KERNEL = re.compile(r"sgemm|gemmSN|gemv|_ffma_|f32f32_f32f32", re.IGNORECASE)
 _TC_KERNEL = re.compile(r"tf32|tensorop|hmma|wgmma|nvjet|bf16|f16|s1688|s16816|h1688|h16816|i8816", re.IGNORECASE)
 _FLOAT_TYPES = {"float", "float32"}
+RECOMMENDATION = (
+    'Enable TF32: torch.set_float32_matmul_precision("high") or '
+    "torch.backends.cuda.matmul.allow_tf32 = True; or use torch.autocast('cuda', dtype=torch.bfloat16)."
+)
 
 
 @dataclass(frozen=True)
@@ -110,76 +121,33 @@ class Fp32Matmul(Rule[Options]):
     requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         peaks = _peaks(trace)
-        if peaks is None:
+        k = trace.kernels
+        if peaks is None or not len(k):
             return
         fp32_peak, tf32_peak = peaks
-        k = trace.kernels
-        if not len(k):
+        cand = _fp32_gemm_kernels(trace, k)
+        ops = _fp32_ops(trace.host, cand) if len(cand) else None
+        if ops is None:
             return
-        fp32 = category_mask(k["name"], lambda n: n.str.contains(_FP32_KERNEL) & ~n.str.contains(_TC_KERNEL))
-        fp32 &= k["op"].to_numpy() >= 0
-        if not fp32.any():
+        saving_ns = ops.tf32_saving_ns(fp32_peak, tf32_peak, opts)
+        gemm_ns = int(ops.dur.sum())
+        share = pct(gemm_ns, int(k["dur_ns"].sum()))
+        if share < opts.min_gemm_pct or not worth_reporting(trace, saving_ns, opts.min_saving_pct):
             return
-        cand = k[fp32]
-        host = trace.host
-        is_matmul = category_mask(host["name"], lambda n: n.isin(MATMUL_OPS))
-        pos = host.index.get_indexer(cand["op"].to_numpy())
-        cand = cand[(pos >= 0) & is_matmul[pos]]
-        if not len(cand):
-            return
-        per_op = cand.groupby("op")["dur_ns"].sum()  # GPU time of each op's fp32 GEMM kernels
-        op_pos = host.index.get_indexer(per_op.index.to_numpy())
-        # Types and FLOPs once per distinct (name, input dims, input types): a model repeats its
-        # layers' shapes in every step.
-        sig = signature_codes(host, op_pos, ("input_dims", "input_types"))
-        first = op_pos[np.unique(sig, return_index=True)[1]]
-        names = host["name"].cat.categories[host["name"].cat.codes.to_numpy()[first]]  # all matmul ops: named
-        dims_col, types_col = host["input_dims"].to_numpy(), host["input_types"].to_numpy()
-        models = [_sig_model(str(n), dims_col[p], types_col[p]) for n, p in zip(names, first, strict=True)]
-        keep = np.array([m[0] for m in models], dtype=bool)[sig]
-        if not keep.any():
-            return
-        flops = np.array([m[1] for m in models], dtype=np.float64)[sig][keep]
-        dur = per_op.to_numpy()[keep]
-        kept_ops = per_op.index.to_numpy()[keep]
-        gemm_ns = int(dur.sum())
-        dur_f = dur.astype(np.float64)
-        floor = dur_f / opts.max_speedup
-        modelled = ~np.isnan(flops)
-        f = np.where(modelled, flops, 0.0)
-        # Time beyond what the FLOPs need at a realistic fp32 rate is latency/memory cost that
-        # TF32 does not remove (tiny GEMMs); the rest shrinks to the TF32 rate. Without FLOPs the
-        # whole op speeds up by the ratio of the peaks.
-        fixed = np.maximum(0.0, dur_f - f / (opts.fp32_efficiency * fp32_peak) * 1e9)
-        tf32_ns = np.where(
-            modelled,
-            np.maximum(fixed + f / (opts.tf32_efficiency * tf32_peak) * 1e9, floor),
-            np.maximum(dur_f * fp32_peak / tf32_peak / opts.tf32_efficiency, floor),
-        )
-        saving_ns = float(np.maximum(0.0, dur_f - tf32_ns).sum())
-        flops_total = float(f.sum())
-        kernel_ns = int(k["dur_ns"].sum())
-        share = 100.0 * gemm_ns / kernel_ns if kernel_ns else 0.0
-        if share < opts.min_gemm_pct or saving_ns < opts.min_saving_pct / 100.0 * trace.analysed_ns:
-            return
-        mine = cand[cand["op"].isin(kept_ops)]
-        achieved = flops_total / (gemm_ns / 1e9) / 1e12 if gemm_ns and flops_total else None
-        head = host.loc[kept_ops[0]]
-        location = location_of(trace, int(head["pid"]), int(head["tid"]), int(head["ts_ns"]))
+        mine = cand[cand["op"].isin(ops.rows)]
+        flops = ops.flops_total
+        achieved = flops / (gemm_ns / 1e9) / 1e12 if gemm_ns and flops else None
         top_kernel = str(mine.groupby("name", observed=True)["dur_ns"].sum().idxmax())
         rate = f", {achieved:.1f} TFLOP/s achieved" if achieved else ""
         yield self.finding(
             trace,
             message=(
-                f"{len(kept_ops)} fp32 matmul ops ran {gemm_ns / 1e3:.1f} µs ({share:.0f}% of kernel time) on "
+                f"{len(ops.rows)} fp32 matmul ops ran {fmt_us(gemm_ns)} ({share:.0f}% of kernel time) on "
                 f"non-tensor-core kernels{rate} (e.g. {top_kernel[:80]}); TF32 is off."
             ),
-            recommendation=(
-                'Enable TF32: torch.set_float32_matmul_precision("high") or '
-                "torch.backends.cuda.matmul.allow_tf32 = True; or use torch.autocast('cuda', dtype=torch.bfloat16)."
-            ),
+            recommendation=RECOMMENDATION,
             impact_ns=saving_ns,
             basis=(
                 f"fp32 GEMM time minus the time at {opts.tf32_efficiency:.0%} of the TF32 peak "
@@ -187,11 +155,67 @@ class Fp32Matmul(Rule[Options]):
                 f"{opts.fp32_efficiency:.0%} of the fp32 peak"
             ),
             evidence=evidence_from(mine),
-            location=location,
-            data={
-                "gemm_us": gemm_ns / 1e3,
-                "ops": len(kept_ops),
-                "tflops": achieved,
-                "saving_us": saving_ns / 1e3,
-            },
+            location=op_location(trace, int(ops.rows[0])),
+            data={"gemm_us": us(gemm_ns), "ops": len(ops.rows), "tflops": achieved, "saving_us": us(saving_ns)},
         )
+
+
+def _fp32_gemm_kernels(trace: Trace, k: pd.DataFrame) -> pd.DataFrame:
+    """Non-tensor-core fp32 GEMM kernels launched by a matrix-product op."""
+    fp32 = category_mask(k["name"], lambda n: n.str.contains(_FP32_KERNEL) & ~n.str.contains(_TC_KERNEL))
+    fp32 &= k["op"].to_numpy() >= 0
+    if not fp32.any():
+        return k.iloc[:0]
+    cand = k[fp32]
+    host = trace.host
+    is_matmul = category_mask(host["name"], lambda n: n.isin(MATMUL_OPS))
+    pos = host.index.get_indexer(cand["op"].to_numpy())
+    return cand[(pos >= 0) & is_matmul[pos]]
+
+
+@dataclass(frozen=True)
+class Fp32Ops:
+    """The fp32 matrix-product ops, each with its fp32 GEMM kernels' GPU time and its FLOPs."""
+
+    rows: npt.NDArray[np.int64]  # host rows of the ops
+    dur: npt.NDArray[np.int64]  # GPU time of each op's fp32 GEMM kernels
+    flops: npt.NDArray[np.float64]  # each op's FLOPs (NaN: the shapes do not give them)
+
+    @property
+    def flops_total(self) -> float:
+        return float(np.where(~np.isnan(self.flops), self.flops, 0.0).sum())
+
+    def tf32_saving_ns(self, fp32_peak: float, tf32_peak: float, opts: Options) -> float:
+        """GPU time saved by running the ops in TF32. Time beyond what the FLOPs need at a realistic
+        fp32 rate is latency/memory cost that TF32 does not remove (tiny GEMMs); the rest shrinks to
+        the TF32 rate. Without FLOPs the whole op speeds up by the ratio of the peaks."""
+        dur_f = self.dur.astype(np.float64)
+        floor = dur_f / opts.max_speedup
+        modelled = ~np.isnan(self.flops)
+        f = np.where(modelled, self.flops, 0.0)
+        fixed = np.maximum(0.0, dur_f - f / (opts.fp32_efficiency * fp32_peak) * 1e9)
+        tf32_ns = np.where(
+            modelled,
+            np.maximum(fixed + f / (opts.tf32_efficiency * tf32_peak) * 1e9, floor),
+            np.maximum(dur_f * fp32_peak / tf32_peak / opts.tf32_efficiency, floor),
+        )
+        return float(np.maximum(0.0, dur_f - tf32_ns).sum())
+
+
+def _fp32_ops(host: pd.DataFrame, cand: pd.DataFrame) -> Fp32Ops | None:
+    """The launching ops of ``cand`` that are fp32 products (``None``: none is). Types and FLOPs are
+    read once per distinct (name, input dims, input types): a model repeats its layers' shapes in
+    every step."""
+    per_op = cand.groupby("op")["dur_ns"].sum()  # GPU time of each op's fp32 GEMM kernels
+    op_pos = host.index.get_indexer(per_op.index.to_numpy())
+    sig, first = distinct_signatures(host, op_pos, ("input_dims", "input_types"))
+    dims_col, types_col = host["input_dims"].to_numpy(), host["input_types"].to_numpy()
+    models = [_sig_model(n, dims_col[p], types_col[p]) for n, p in zip(names_at(host, first), first, strict=True)]
+    keep = np.array([m[0] for m in models], dtype=bool)[sig]
+    if not keep.any():
+        return None
+    return Fp32Ops(
+        rows=per_op.index.to_numpy()[keep],
+        dur=per_op.to_numpy()[keep],
+        flops=np.array([m[1] for m in models], dtype=np.float64)[sig][keep],
+    )

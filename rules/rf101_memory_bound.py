@@ -4,23 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.rules_api import (
     LATENCY_FLOOR_NS,
     MAX_INPUT_LINKS,
     Capability,
-    Evidence,
     Finding,
     Rule,
     Severity,
     Trace,
     category_mask,
-    location_of,
+    evidence_from,
+    fmt_ms,
+    op_location,
     parse_raw,
+    pct,
+    plural,
     roofline_of,
+    us,
+    worth_reporting,
 )
 
 _CLASS_WORDS = {
@@ -31,6 +38,12 @@ _CLASS_WORDS = {
     "copy": "copy/cast",
     "gather": "gather",
 }
+
+RECOMMENDATION = (
+    "Fuse the chains: torch.compile the model or function (model = torch.compile(model)); "
+    "otherwise use fused kernels (F.scaled_dot_product_attention, fused LayerNorm/RMSNorm, "
+    "AdamW(fused=True)) and keep activations in bf16."
+)
 
 
 @dataclass(frozen=True)
@@ -96,94 +109,120 @@ class MemoryBound(Rule[Options]):
     requires = frozenset({Capability.gpu, Capability.shapes, Capability.peaks})
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         roof = roofline_of(trace)
         peaks = roof.peaks
         if peaks is None:
             return
         lo, hi, _ = trace.analysis_window
         k = roof.in_window(lo, hi)
-        if not len(k):
-            return
-        eligible = _eligible(trace, k)
-        chains = fusion_chains(trace, k[eligible], opts.max_gap_us * 1000.0)
+        chains = fusion_chains(trace, k[_eligible(trace, k)], opts.max_gap_us * 1000.0) if len(k) else k.iloc[:0]
         if not len(chains):
             return
-        fp32_peak = peaks.flops.get("fp32") or np.inf
         eff = opts.fused_bandwidth_efficiency
-        fused_ns = np.maximum.reduce(
-            [
-                chains["fused_bytes"].to_numpy() / (eff * peaks.bytes_per_s) * 1e9,
-                chains["flops"].to_numpy() / (eff * fp32_peak) * 1e9,
-                np.full(len(chains), LATENCY_FLOOR_NS),
-            ]
-        )
-        chains["saving_ns"] = np.maximum(0.0, chains["dur_ns"].to_numpy() - fused_ns)
+        chains["saving_ns"] = _savings(chains, eff * peaks.bytes_per_s, eff * (peaks.flops.get("fp32") or np.inf))
         saving = float(chains["saving_ns"].sum())
-        if saving < opts.min_saving_pct / 100.0 * trace.analysed_ns:
+        if not worth_reporting(trace, saving, opts.min_saving_pct):
             return
-        mem = k[k["bound"] == "memory"]
         all_k = trace.kernels
         kernel_ns = float(all_k.loc[(all_k["ts_ns"] >= lo) & (all_k["ts_ns"] < hi), "dur_ns"].sum())
-        mem_ns = float(mem["dur_ns"].sum())
-        top = _top_ops(mem, peaks.memory_bandwidth_gbs, opts.top_ops)
-        in_chain = k.loc[chains.attrs["kernel_rows"]]
-        classes = ", ".join(
-            _CLASS_WORDS.get(c, c) for c in in_chain.groupby("op_class")["dur_ns"].sum().sort_values().index[::-1]
-        )
-        chain_ns = float(chains["dur_ns"].sum())
-        before_gb = float(chains["bytes"].sum()) / 1e9
-        after_gb = float(chains["fused_bytes"].sum()) / 1e9
-        biggest = chains["saving_ns"].idxmax()
-        first_op = int(chains.at[biggest, "first_op"])
-        h = trace.host.loc[first_op]
-        location = location_of(trace, int(h["pid"]), int(h["tid"]), int(h["ts_ns"]))
-        bw = peaks.memory_bandwidth_gbs
+        found = _summary(k, chains, kernel_ns, peaks.memory_bandwidth_gbs, opts.top_ops)
         bw_source = _short(peaks.sources.get("memory_bandwidth", ""))
-        hottest = (
-            "; ".join(
-                f"{t['op']} {t['time_us'] / 1e3:.2f} ms at {t['achieved_gbs']:.0f} GB/s ({t['bw_pct']:.0f}% of peak"
-                + (", above it: L2-resident or broadcast inputs" if t["bw_pct"] > 100 else "")
-                + ")"
-                for t in top
-            )
-            or "none reaches the memory roof (the chained kernels are too small: launch and fixed costs dominate)"
-        )
-        mem_pct = 100 * mem_ns / kernel_ns if kernel_ns else 0.0
         yield self.finding(
             trace,
-            message=(
-                f"Memory-bound kernels take {mem_ns / 1e6:.2f} ms ({mem_pct:.0f}% of kernel time; "
-                f"peak {bw:.0f} GB/s). {_plural(len(chains), 'chain')} of {len(in_chain)} {classes} kernels "
-                f"({chain_ns / 1e6:.2f} ms) write intermediate tensors to memory and read them back: "
-                f"{before_gb:.2f} GB moved where fused kernels would move {after_gb:.2f} GB. Hottest: {hottest}."
-            ),
-            recommendation=(
-                "Fuse the chains: torch.compile the model or function (model = torch.compile(model)); "
-                "otherwise use fused kernels (F.scaled_dot_product_attention, fused LayerNorm/RMSNorm, "
-                "AdamW(fused=True)) and keep activations in bf16."
-            ),
+            message=found.message(),
+            recommendation=RECOMMENDATION,
             impact_ns=saving,
             basis=(
-                f"kernel time of {_plural(len(chains), 'producer→consumer chain')} of fusible memory-bound ops "
-                f"minus one fused kernel per chain moving {after_gb:.2f} GB instead of {before_gb:.2f} GB "
-                f"at {eff:.0%} of the peak bandwidth ({bw:.0f} GB/s, {bw_source})"
+                f"kernel time of {plural(len(chains), 'producer→consumer chain')} of fusible memory-bound ops "
+                f"minus one fused kernel per chain moving {found.after_gb:.2f} GB instead of {found.before_gb:.2f} GB "
+                f"at {eff:.0%} of the peak bandwidth ({found.bw:.0f} GB/s, {bw_source})"
             ),
-            evidence=_evidence(trace, in_chain),
-            location=location,
-            data={
-                "memory_bound_us": mem_ns / 1e3,
-                "memory_bound_pct": mem_pct,
-                "chains": len(chains),
-                "chain_kernels": len(in_chain),
-                "chain_us": chain_ns / 1e3,
-                "saving_us": saving / 1e3,
-                "bytes_gb": before_gb,
-                "fused_bytes_gb": after_gb,
-                "peak_bandwidth_gbs": bw,
-                "top_ops": top,
-            },
+            evidence=evidence_from(all_k.loc[found.in_chain.index], category="kernel"),
+            location=op_location(trace, int(chains.at[chains["saving_ns"].idxmax(), "first_op"])),
+            data=found.data(saving),
         )
+
+
+def _savings(chains: pd.DataFrame, bytes_per_s: float, flops_per_s: float) -> npt.NDArray[np.float64]:
+    """Each chain's kernel time minus one fused kernel: its bytes less the intermediates at the fused
+    rate, no faster than its FLOPs allow nor than the latency floor of a kernel."""
+    fused_ns = np.maximum.reduce(
+        [
+            chains["fused_bytes"].to_numpy() / bytes_per_s * 1e9,
+            chains["flops"].to_numpy() / flops_per_s * 1e9,
+            np.full(len(chains), LATENCY_FLOOR_NS),
+        ]
+    )
+    return np.asarray(np.maximum(0.0, chains["dur_ns"].to_numpy() - fused_ns), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the finding says about the memory-bound kernels and the chains."""
+
+    mem_ns: float  # memory-bound kernel time in the window
+    mem_pct: float  # ... as a share of all kernel time there
+    bw: float  # peak memory bandwidth (GB/s)
+    chains: int
+    in_chain: pd.DataFrame  # the chained kernels
+    chain_ns: float
+    before_gb: float  # bytes the chains move now
+    after_gb: float  # ... and fused
+    top: list[dict[str, Any]]  # the hottest memory-bound ops
+
+    def message(self) -> str:
+        classes = ", ".join(
+            _CLASS_WORDS.get(c, c) for c in self.in_chain.groupby("op_class")["dur_ns"].sum().sort_values().index[::-1]
+        )
+        return (
+            f"Memory-bound kernels take {fmt_ms(self.mem_ns)} ({self.mem_pct:.0f}% of kernel time; "
+            f"peak {self.bw:.0f} GB/s). {plural(self.chains, 'chain')} of {len(self.in_chain)} {classes} kernels "
+            f"({fmt_ms(self.chain_ns)}) write intermediate tensors to memory and read them back: "
+            f"{self.before_gb:.2f} GB moved where fused kernels would move {self.after_gb:.2f} GB. "
+            f"Hottest: {_hottest(self.top)}."
+        )
+
+    def data(self, saving: float) -> dict[str, object]:
+        return {
+            "memory_bound_us": us(self.mem_ns),
+            "memory_bound_pct": self.mem_pct,
+            "chains": self.chains,
+            "chain_kernels": len(self.in_chain),
+            "chain_us": us(self.chain_ns),
+            "saving_us": us(saving),
+            "bytes_gb": self.before_gb,
+            "fused_bytes_gb": self.after_gb,
+            "peak_bandwidth_gbs": self.bw,
+            "top_ops": self.top,
+        }
+
+
+def _summary(k: pd.DataFrame, chains: pd.DataFrame, kernel_ns: float, bw: float, top_ops: int) -> Summary:
+    mem = k[k["bound"] == "memory"]
+    mem_ns = float(mem["dur_ns"].sum())
+    return Summary(
+        mem_ns=mem_ns,
+        mem_pct=pct(mem_ns, kernel_ns),
+        bw=bw,
+        chains=len(chains),
+        in_chain=k.loc[chains.attrs["kernel_rows"]],
+        chain_ns=float(chains["dur_ns"].sum()),
+        before_gb=float(chains["bytes"].sum()) / 1e9,
+        after_gb=float(chains["fused_bytes"].sum()) / 1e9,
+        top=_top_ops(mem, bw, top_ops),
+    )
+
+
+def _hottest(top: list[dict[str, Any]]) -> str:
+    return (
+        "; ".join(
+            f"{t['op']} {t['time_us'] / 1e3:.2f} ms at {t['achieved_gbs']:.0f} GB/s ({t['bw_pct']:.0f}% of "
+            "peak" + (", above it: L2-resident or broadcast inputs" if t["bw_pct"] > 100 else "") + ")"
+            for t in top
+        )
+        or "none reaches the memory roof (the chained kernels are too small: launch and fixed costs dominate)"
+    )
 
 
 def _eligible(trace: Trace, k: pd.DataFrame) -> np.ndarray:
@@ -205,7 +244,7 @@ def _eligible(trace: Trace, k: pd.DataFrame) -> np.ndarray:
         cols = ["out_numel", *[f"in_numel_{i}" for i in range(MAX_INPUT_LINKS)]]
         on_scores = np.isin(k[cols].to_numpy(), list(scores)).any(axis=1)
         ok &= ~on_scores
-    return ok
+    return np.asarray(ok, dtype=bool)
 
 
 def _inside(trace: Trace, op_rows: np.ndarray, prefix: str) -> np.ndarray:
@@ -333,14 +372,14 @@ def _step_of(trace: Trace, ts: np.ndarray) -> np.ndarray:
     return np.where(inside, i, -1)
 
 
-def _top_ops(mem: pd.DataFrame, bandwidth_gbs: float, n: int) -> list[dict[str, object]]:
+def _top_ops(mem: pd.DataFrame, bandwidth_gbs: float, n: int) -> list[dict[str, Any]]:
     """The memory-bound ops with the most kernel time, with their achieved bandwidth."""
     if not len(mem):
         return []
     by_op = mem.groupby(mem["op_name"].astype(str))
     g = by_op.agg(dur=("dur_ns", "sum"), nbytes=("bytes", "sum"), count=("op", "size"))
     g = g.sort_values("dur", ascending=False).head(n)
-    out: list[dict[str, object]] = []
+    out: list[dict[str, Any]] = []
     for op, r in g.iterrows():
         gbs = r["nbytes"] / (r["dur"] / 1e9) / 1e9 if r["dur"] > 0 else 0.0
         out.append(
@@ -355,28 +394,6 @@ def _top_ops(mem: pd.DataFrame, bandwidth_gbs: float, n: int) -> list[dict[str, 
     return out
 
 
-def _evidence(trace: Trace, rows: pd.DataFrame) -> list[Evidence]:
-    k = trace.kernels.loc[rows.index]
-    top = k.nlargest(5, "dur_ns")
-    out = []
-    for r in top.itertuples():
-        out.append(
-            Evidence(
-                name=str(r.name),
-                ts_us=int(r.ts_ns) / 1000.0,
-                dur_us=int(r.dur_ns) / 1000.0,
-                stream=int(r.stream) if int(r.stream) >= 0 else None,
-                correlation=int(r.correlation) if int(r.correlation) >= 0 else None,
-                category="kernel",
-            )
-        )
-    return out
-
-
 def _short(source: str) -> str:
     """``datasheet: NVIDIA H100 … datasheet (…), https://…`` → ``datasheet``."""
     return source.split(":", 1)[0] if source else "unknown source"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"

@@ -51,7 +51,7 @@ class MissingCaptureFlags(Rule[Options]):
     requires = frozenset()
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         have = trace_capabilities(trace)
         missing = [c for c in UNLOCKS if c not in have and (c is not Capability.stack or opts.report_stack)]
         if not missing:

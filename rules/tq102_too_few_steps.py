@@ -42,7 +42,7 @@ class TooFewSteps(Rule[Options]):
     requires = frozenset()
 
     def check(self, trace: Trace) -> Iterator[Finding]:
-        opts: Options = self.options
+        opts = self.options
         n = len(trace.steps)
         if n >= opts.min_steps:
             return
