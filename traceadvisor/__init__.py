@@ -27,6 +27,9 @@ _LAZY: dict[str, str] = {
     "load_file": "traceadvisor.trace.load",
     "Trace": "traceadvisor.trace.model",
     "step": "traceadvisor.capture.marker",
+    "analyze": "traceadvisor.pipeline",
+    "Report": "traceadvisor.report.model",
+    "render": "traceadvisor.report",
 }
 
 __all__ = [  # noqa: RUF022 (kept in the order of _LAZY)
@@ -43,6 +46,9 @@ __all__ = [  # noqa: RUF022 (kept in the order of _LAZY)
     "load_file",
     "Trace",
     "step",
+    "analyze",
+    "Report",
+    "render",
     "__version__",
 ]
 
@@ -50,7 +56,10 @@ if TYPE_CHECKING:
     from traceadvisor.advisor import Advisor, profile
     from traceadvisor.capture.marker import step
     from traceadvisor.engine.rule import Capability, Rule
+    from traceadvisor.pipeline import analyze
+    from traceadvisor.report import render
     from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity
+    from traceadvisor.report.model import Report
     from traceadvisor.trace.load import load, load_file
     from traceadvisor.trace.model import Trace
 
