@@ -231,8 +231,8 @@ def test_run_skips_a_rule_whose_capability_the_caller_did_not_give(tmp_path: Pat
     cls = load_rule_file(rule_file(tmp_path, "needs_peaks", "XP101", body="requires = frozenset({Capability.peaks})"))
     trace = load_file(TRACE)
     without = run([cls()], [trace], capabilities=[trace_capabilities(trace)])
-    assert not without.findings and without.skipped[0]["code"] == "XP101"
-    assert "gpu_peaks" in without.skipped[0]["reason"]
+    assert not without.findings and without.skipped[0].code == "XP101"
+    assert "gpu_peaks" in without.skipped[0].reason
     given = run([cls()], [trace], capabilities=[trace_capabilities(trace, has_peaks=True)])
     assert [f.code for f in given.findings] == ["XP101"] and not given.skipped
     with pytest.raises(ValueError, match="capability sets"):

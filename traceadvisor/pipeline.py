@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from traceadvisor import roofline
 from traceadvisor.config import Config, ConfigOrigin
 from traceadvisor.errors import raise_if_cancelled
-from traceadvisor.report.model import ConfigInfo, Report, RuleError, Skipped, TraceSummary
+from traceadvisor.report.model import ConfigInfo, Report, TraceSummary
 from traceadvisor.trace.load import load
 from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
@@ -48,8 +48,8 @@ def analyze_traces(
     return Report(
         traces=tuple(summaries),
         findings=tuple(result.findings),
-        skipped=tuple(Skipped.from_dict(s) for s in result.skipped),
-        errors=tuple(RuleError.from_dict(e) for e in result.errors),
+        skipped=tuple(result.skipped),
+        errors=tuple(result.errors),
         config=config_info(config.origin),
     )
 

@@ -22,6 +22,7 @@ from traceadvisor.engine.registry import RuleSource
 from traceadvisor.engine.rule import AnyRule, Capability
 from traceadvisor.errors import Cancelled, UsageError, raise_if_cancelled
 from traceadvisor.report.finding import Finding, Severity, Thresholds, problem_with
+from traceadvisor.report.model import RuleError, Skipped
 from traceadvisor.trace.model import Trace
 
 
@@ -30,8 +31,8 @@ class RunResult:
     """Findings (ranked by impact), rules skipped with the reason, and rules that raised."""
 
     findings: list[Finding] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    errors: list[RuleError] = field(default_factory=list)
 
 
 class RuleChoice(Protocol):
@@ -110,13 +111,11 @@ def run(
                 raise_if_cancelled(cancel)
                 missing = sorted((c for c in type(rule).requires if c not in caps), key=lambda c: c.value)
                 if missing:
-                    result.skipped.append(
-                        {"rule": rule.name, "code": rule.code, "trace": trace.path, "reason": _reason(missing)}
-                    )
+                    result.skipped.append(Skipped(rule.name, rule.code, trace.path, _reason(missing)))
                     continue
                 found, error = run_rule(rule, trace, stop, rule_timeout_s)
                 if error is not None:
-                    result.errors.append({"rule": rule.name, "code": rule.code, "trace": trace.path, "error": error})
+                    result.errors.append(RuleError(rule.name, rule.code, trace.path, error))
                 result.findings.extend(found)
     result.findings.sort(key=lambda f: (-(f.impact.time_us if f.impact else 0.0), -f.severity.rank, f.code))
     return result
