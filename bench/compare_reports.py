@@ -2,12 +2,13 @@
 
 Used to show that a change of the code's structure changes no report (issue 11)::
 
-    python bench/compare_reports.py snapshot OUT_DIR [--tree PATH]   # reports by the code in PATH
+    python bench/compare_reports.py snapshot OUT_DIR [--tree PATH] [--extra DIR]  # reports by the code in PATH
     python bench/compare_reports.py compare BEFORE_DIR AFTER_DIR
 
-``snapshot`` runs ``python -m traceadvisor analyze -f json`` once per trace (each file under
-``fixtures/``, each trace of ``../shared/external-traces/`` when that folder exists, and each
-multi-rank folder), with ``PYTHONPATH`` set to ``--tree`` (default: this checkout), so an older
+``snapshot`` runs ``python -m traceadvisor analyze -f json`` once per trace: each file under
+``fixtures/`` (the vendored third-party traces included), each under every ``--extra`` folder
+(e.g. the third-party collection the vendored ones came from), and HTA's two sampled ranks
+together (a multi-rank analysis); with ``PYTHONPATH`` set to ``--tree`` (default: this checkout), so an older
 commit checked out in a worktree can be run on the same files. ``compare`` lists every report
 that differs, with the first differing JSON path, and exits 1 if any does.
 """
@@ -26,11 +27,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def inputs(root: Path = ROOT) -> list[list[Path]]:
+def inputs(root: Path = ROOT, extra: tuple[Path, ...] = ()) -> list[list[Path]]:
     """Every trace file the comparison covers (absolute), each alone, and the two ranks of HTA's
     sampled trace together (a multi-rank analysis)."""
     found: list[list[Path]] = []
-    for base in (root / "fixtures", root.parent / "shared" / "external-traces"):
+    for base in (root / "fixtures", *extra):
         if base.is_dir():
             found += [[p] for p in sorted(base.rglob("*")) if p.name.endswith((".json.gz", ".json")) and _is_trace(p)]
     ranks = sorted((root / "fixtures" / "external" / "hta").glob("sampled_rank-*.json.gz"))
@@ -47,7 +48,7 @@ def _key(paths: list[Path]) -> str:
     return "+".join("__".join(p.parts[-4:]) for p in paths)
 
 
-def snapshot(out: Path, tree: Path, root: Path) -> int:
+def snapshot(out: Path, tree: Path, root: Path, extra: tuple[Path, ...] = ()) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(tree)}
 
@@ -63,7 +64,7 @@ def snapshot(out: Path, tree: Path, root: Path) -> int:
         return f"{r.returncode} {_key(p)}"
 
     with ThreadPoolExecutor(2) as pool:
-        for line in pool.map(one, inputs(root)):
+        for line in pool.map(one, inputs(root, extra)):
             print(line, flush=True)
     return 0
 
@@ -125,12 +126,13 @@ def main() -> int:
     s.add_argument("out", type=Path)
     s.add_argument("--tree", type=Path, default=ROOT, help="the code to run (default: this checkout)")
     s.add_argument("--root", type=Path, default=ROOT, help="the checkout whose traces to read (default: this one)")
+    s.add_argument("--extra", type=Path, action="append", default=[], help="another folder of traces (repeatable)")
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     args = ap.parse_args()
     if args.cmd == "snapshot":
-        return snapshot(args.out, args.tree.resolve(), args.root.resolve())
+        return snapshot(args.out, args.tree.resolve(), args.root.resolve(), tuple(p.resolve() for p in args.extra))
     return compare(args.before, args.after)
 
 
