@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pandas as pd
 
 from traceadvisor.rules_api import (
+    MULTI_TENSOR_MARKS,
     PROFILER_EVENT_US,
     Capability,
     ClaimedIdle,
@@ -17,6 +19,7 @@ from traceadvisor.rules_api import (
     Rule,
     Severity,
     Trace,
+    category_mask,
     event_location,
     evidence_of,
     fmt_us,
@@ -62,9 +65,13 @@ class IdleGap(Rule[Options]):
     not pay.
 
     ## How to fix
-    Look at the named CPU op or region: move host work (Python bookkeeping, logging, metric
-    computation, CPU preprocessing) off the critical path, overlap it with GPU work, or compile
-    the step with `torch.compile(model)` so the host issues fewer, larger kernels. For GPU-side
+    Look at the named CPU op or region; the advice follows what it is. Data work (DataLoader,
+    collate, `to()`, NumPy/PIL preprocessing) moves to DataLoader workers (`num_workers > 0`,
+    `pin_memory=True`). Model compute (`aten::linear`, `aten::conv2d`, `CompiledFunction`, ...)
+    cannot move there: cut its host overhead with `torch.compile(model)` or a CUDA graph
+    (`mode="reduce-overhead"`) and keep the launches asynchronous. An optimizer step gets a fused
+    or foreach optimizer, unless the trace shows `_fused_`/`_foreach_` kernels already run;
+    `zero_grad` gets `set_to_none=True`. For GPU-side
     waits, check the cross-stream dependencies (`cudaStreamWaitEvent`, `wait_stream`) that hold
     the queued work back.
 
@@ -109,7 +116,7 @@ class IdleGap(Rule[Options]):
                 f"rule's cause (CPU stalls, GPU-side waits), most in {top_name} ({fmt_us(top_ns)}); about "
                 f"{fmt_us(mine.recoverable_ns)} of that would remain without the profiler. Idle by cause: {breakdown}."
             ),
-            recommendation=_recommendation(top_name),
+            recommendation=_recommendation(trace, top_name),
             impact_ns=mine.recoverable_ns,
             basis=BASIS.format(opts.profiler_event_us),
             evidence=evidence_of(worst, labels, start="start_ns"),
@@ -135,17 +142,72 @@ def _location(trace: Trace, mine: pd.DataFrame, top_name: str) -> Location | Non
     return event_location(trace, h, at_ns=max(int(h["ts_ns"]), int(first["start_ns"])))
 
 
-def _recommendation(top_name: str) -> str:
+# What the host work that held the GPU is, from its name (an op, an annotation, or OUTSIDE_OPS).
+# Only data work belongs in DataLoader workers: they run the Dataset and collate_fn in other
+# processes, so model compute or an optimizer step cannot move there (torch.utils.data docs).
+_DATA = re.compile(
+    r"dataloader|_next_data|collate|dataset|data_?load|load_?data|fetch_?batch|preprocess|augment"
+    r"|^aten::(?:to|_to_copy|pin_memory|_pin_memory|from_file)$|numpy|torchvision\.(?:io|transforms)",
+    re.IGNORECASE,
+)
+_IMAGE = re.compile(r"\bPIL\b|Image\.")  # PIL's names, case-sensitive ("pil" is in "compile")
+_OPTIMIZER = re.compile(r"^Optimizer\.|optimizer|^aten::_?(?:adam|sgd|lamb|rmsprop|adagrad)", re.IGNORECASE)
+_ZERO_GRAD = re.compile(r"zero_grad", re.IGNORECASE)
+OUTSIDE_OPS = "host (outside any op)"
+
+
+def _recommendation(trace: Trace, top_name: str) -> str:
+    """Advice for the host work that held the GPU, specific to what that work is."""
     if top_name == GPU_SIDE:
         return (
             "The GPU waited with work already queued: check the cross-stream dependencies (cudaStreamWaitEvent, "
             "stream.wait_stream) and collectives that hold it back, and overlap them with independent work."
         )
+    if _DATA.search(top_name) or _IMAGE.search(top_name):
+        return (
+            f"Take {top_name} off the critical path: it is data work, so move it to DataLoader workers "
+            "(num_workers > 0, pin_memory=True, persistent_workers=True) and copy batches with "
+            "to(device, non_blocking=True), so that it overlaps the GPU's work on the previous batch."
+        )
+    if _ZERO_GRAD.search(top_name):
+        return (
+            f"{top_name} holds the GPU idle: use zero_grad(set_to_none=True) (the default since PyTorch 2.0) so it "
+            "launches no memset per parameter, or capture the step in a CUDA graph."
+        )
+    if _OPTIMIZER.search(top_name):
+        return _optimizer_advice(trace, top_name)
+    if top_name == OUTSIDE_OPS:
+        return (
+            "The host ran Python between ops (no op recorded) while the GPU idled: move bookkeeping, logging and "
+            "metrics out of the step or every N steps, avoid host syncs, and cut per-op host overhead with "
+            "torch.compile(model) or CUDA graphs (torch.compile(mode='reduce-overhead'))."
+        )
     return (
-        f"Take {top_name} off the critical path: overlap it with GPU work or move it out of the step "
-        "(to DataLoader workers, or every N steps); compile the step with torch.compile(model) to cut "
-        "per-op host overhead."
+        f"{top_name} is model compute whose host side is slower than its GPU work: cut per-op host overhead with "
+        "torch.compile(model), or capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
+        "torch.cuda.graphs) so the host launches it once; keep the launches asynchronous (no .item(), .cpu() or "
+        "print of GPU tensors in between) so the host runs ahead of the GPU."
     )
+
+
+def _optimizer_advice(trace: Trace, top_name: str) -> str:
+    """Fused/foreach advice for an optimizer step, unless the trace shows those kernels already run."""
+    already = " and ".join(mark.strip("_") for mark in MULTI_TENSOR_MARKS if _runs(trace, mark))
+    if already:
+        return (
+            f"{top_name} holds the GPU idle although it already runs {already} multi-tensor kernels: overlap it with "
+            "the next step's forward, run it every N steps (gradient accumulation), or compile it "
+            "(torch.compile on the optimizer step) / capture it in a CUDA graph to cut its host time."
+        )
+    return (
+        f"{top_name} holds the GPU idle: use a fused or multi-tensor optimizer (e.g. AdamW(..., fused=True) or "
+        "foreach=True), a few kernels for all parameters instead of several per parameter."
+    )
+
+
+def _runs(trace: Trace, mark: str) -> bool:
+    """Whether any op whose name holds ``mark`` (``_fused_``, ``_foreach_``) runs in the trace."""
+    return bool(category_mask(trace.ops["name"], lambda names: names.str.contains(mark, regex=False)).any())
 
 
 def _owner(claimed_by: Mapping[str, str | None], cause: str) -> str:

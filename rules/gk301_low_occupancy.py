@@ -8,7 +8,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceadvisor.rules_api import Capability, Evidence, Finding, Rule, Severity, Trace, fmt_us, op_location, us
+from traceadvisor.rules_api import (
+    Capability,
+    Evidence,
+    Finding,
+    Rule,
+    Severity,
+    Trace,
+    communication_kernels,
+    fmt_us,
+    op_location,
+    us,
+)
 
 RECOMMENDATION = (
     "Give these kernels more parallel work: batch more rows per launch, parallelise over the "
@@ -33,8 +44,10 @@ class LowOccupancy(Rule[Options]):
     is hot, the GPU looks busy in the timeline while doing a small fraction of the work it could.
 
     ## How it shows up in a trace
-    Kernels (grouped by name) that take at least `min_kernel_pct` of kernel time, last at least
-    `min_mean_us` on average, and whose
+    Communication kernels (NCCL/RCCL collectives and transfers) are left out: they use a few
+    SMs by design and mostly wait for the other ranks. Of the other kernels, those (grouped by
+    name) that take at least `min_kernel_pct` of their time, last at least `min_mean_us` on
+    average, and whose
     time-weighted SM coverage is below `max_coverage`. Coverage is Kineto's `blocks per SM`
     (capped at 1), or grid blocks / SM count (from `deviceProperties`) when that is missing. The
     impact, each kernel's time × (1 − coverage), is an upper bound: it assumes the work would
@@ -64,7 +77,7 @@ class LowOccupancy(Rule[Options]):
 
     def check(self, trace: Trace) -> Iterator[Finding]:
         opts = self.options
-        k = trace.kernels
+        k = _compute_kernels(trace)
         total = float(k["dur_ns"].sum()) if len(k) else 0.0
         if total <= 0:
             return
@@ -97,6 +110,14 @@ class LowOccupancy(Rule[Options]):
                 "low_occupancy_us": us(hot["dur_ns"].sum()),
             },
         )
+
+
+def _compute_kernels(trace: Trace) -> pd.DataFrame:
+    """The kernels less communication (NCCL/RCCL): those launch one block per channel by design,
+    and their time is mostly waiting for the other ranks, so few SMs says nothing to fix there."""
+    k = trace.kernels
+    comm = communication_kernels(trace)
+    return k[~k.index.isin(comm)] if len(comm) else k
 
 
 def _with_coverage(k: pd.DataFrame, sms: int) -> pd.DataFrame:

@@ -41,8 +41,14 @@ _CLASS_WORDS = {
 
 RECOMMENDATION = (
     "Fuse the chains: torch.compile the model or function (model = torch.compile(model)); "
-    "otherwise use fused kernels (F.scaled_dot_product_attention, fused LayerNorm/RMSNorm, "
-    "AdamW(fused=True)) and keep activations in bf16."
+    "otherwise use fused kernels ({}) and keep activations in bf16."
+)
+# Fused kernels to suggest, each with the op-name marks that show it already runs: suggesting
+# what the trace shows in use is advice the trace contradicts.
+_FUSED_KERNELS = (
+    ("F.scaled_dot_product_attention", ("scaled_dot_product", "flash_attention", "efficient_attention")),
+    ("fused LayerNorm/RMSNorm", ()),
+    ("AdamW(fused=True)", ("_fused_adam",)),
 )
 
 
@@ -131,7 +137,7 @@ class MemoryBound(Rule[Options]):
         yield self.finding(
             trace,
             message=found.message(),
-            recommendation=RECOMMENDATION,
+            recommendation=_recommendation(trace),
             impact_ns=saving,
             basis=(
                 f"kernel time of {plural(len(chains), 'producer→consumer chain')} of fusible memory-bound ops "
@@ -142,6 +148,19 @@ class MemoryBound(Rule[Options]):
             location=op_location(trace, int(chains.at[chains["saving_ns"].idxmax(), "first_op"])),
             data=found.data(saving),
         )
+
+
+def _recommendation(trace: Trace) -> str:
+    """The fusion advice, less the fused kernels the trace shows already run."""
+    return RECOMMENDATION.format(", ".join(text for text, marks in _FUSED_KERNELS if not _runs(trace, marks)))
+
+
+def _runs(trace: Trace, marks: tuple[str, ...]) -> bool:
+    """Whether an op whose name holds one of ``marks`` runs in the trace (never, without marks)."""
+    if not marks:
+        return False
+    pattern = "|".join(marks)
+    return bool(category_mask(trace.ops["name"], lambda names: names.str.contains(pattern)).any())
 
 
 def _savings(chains: pd.DataFrame, bytes_per_s: float, flops_per_s: float) -> npt.NDArray[np.float64]:

@@ -102,10 +102,15 @@ def test_naive_attention_names_scores_as_the_bottleneck_and_advises_sdpa() -> No
     assert list(result.table["name"][:2]) == ["scores", "softmax"]
     assert set(result.table["name"]) == set(COMPONENTS)
     assert set(result.table["calls"]) == {3}  # three recorded steps, one layer call each
-    b = annotation_bottleneck(result)
-    assert b is not None and b.name == "scores"
-    share = float(result.table["share_pct"].iloc[0])
-    assert b.message == f"Bottleneck: scores ({share:.0f}%). {b.advice}"
+    # 58% of the GPU time is outside the annotations: no annotation is named the bottleneck (issue 12)
+    assert annotation_bottleneck(result) is None
+    assert "scaled_dot_product_attention" in annotation_advice("scores")
+    whole = annotation_time.annotation_time(load("workload_attention_naive"))  # every kernel annotated
+    assert whole is not None and whole.unannotated_ns == 0
+    b = annotation_bottleneck(whole)
+    assert b is not None and b.name == "softmax"
+    share = float(whole.table["share_pct"].iloc[0])
+    assert b.message == f"Bottleneck: softmax ({share:.0f}%). {b.advice}"
     assert "scaled_dot_product_attention" in b.advice
 
 
@@ -113,7 +118,10 @@ def test_sdpa_trace_has_no_score_components_and_other_advice() -> None:
     result = annotation_time.annotation_time(load("pair_sdpa_after"))
     assert result is not None
     assert set(result.table["name"]) == {"qkv_projection", "scaled_dot_product_attention", "output_projection"}
-    b = annotation_bottleneck(result)
+    assert annotation_bottleneck(result) is None  # 80% of the GPU time outside the annotations (issue 12)
+    whole = annotation_time.annotation_time(load("workload_attention_sdpa"))  # every kernel annotated
+    assert whole is not None
+    b = annotation_bottleneck(whole)
     assert b is not None and b.name == "scaled_dot_product_attention"
     assert "already runs fused" in b.advice
 
@@ -127,10 +135,10 @@ def test_traces_without_user_annotations_have_no_section() -> None:
 
 
 def test_reports_show_the_table_and_the_bottleneck() -> None:
-    report = analyze([FIXTURES / "planted_naive_attention.json.gz"])
+    report = analyze([FIXTURES / "workload_attention_naive.json.gz"])
     section = report.traces[0].annotations
     assert section is not None and section.bottleneck is not None
-    assert section.basis == "gpu" and section.rows[0].name == "scores"
+    assert section.basis == "gpu" and section.rows[0].name == "softmax"
     assert section.total_us == pytest.approx(section.unannotated_us + sum(r.time_us for r in section.rows))
     text = render_text.render(report, width=200)
     assert "annotation" in text and "GPU time" in text and "(outside annotations)" in text
@@ -141,14 +149,15 @@ def test_reports_show_the_table_and_the_bottleneck() -> None:
     from traceadvisor.report.safe_text import TEXT_LIMIT, markdown
 
     assert f"**{markdown(section.bottleneck.message, TEXT_LIMIT)}**" in md
-    assert "**Bottleneck: scores (26%). Use scaled\\_dot\\_product\\_attention: one fused kernel" in md
+    assert "**Bottleneck: softmax (42%). Use scaled\\_dot\\_product\\_attention: one fused kernel" in md
     first = section.rows[0]
-    assert f"| scores | {first.time_us / 1000:.3f} ms | {first.share_pct:.1f}% | 3 |" in md
+    assert f"| softmax | {first.time_us / 1000:.3f} ms | {first.share_pct:.1f}% | 3 |" in md
 
 
 def test_json_report_carries_the_section() -> None:
+    named = FIXTURES / "planted_per_param_optimizer.json.gz"  # 56% annotated: the bottleneck is named (issue 12)
     p = subprocess.run(
-        [sys.executable, "-m", "traceadvisor", "analyze", str(FIXTURES / "pair_sdpa_before.json.gz"), "-f", "json"],
+        [sys.executable, "-m", "traceadvisor", "analyze", str(named), "-f", "json"],
         capture_output=True,
         text=True,
         timeout=120,

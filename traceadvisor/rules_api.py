@@ -14,6 +14,7 @@ keeps its name and meaning across releases; the modules behind it may move.
   ``MULTI_TENSOR_MARKS``) and the profiler's own cost per recorded event.
 """
 
+from traceadvisor.analyses.communication import communication_kernels
 from traceadvisor.analyses.idle import (
     GRAPH_LAUNCHES,
     MULTI_TENSOR_MARKS,
@@ -90,6 +91,7 @@ __all__ = [
     "at_source",
     "busy_in_windows",
     "category_mask",
+    "communication_kernels",
     "distinct_signatures",
     "event_location",
     "evidence_from",

@@ -1,7 +1,8 @@
 """The per-kernel roofline of a trace: FLOPs, bytes, intensity, achieved rates, share of roof, bound.
 
 Every GPU kernel tied to a CPU op (``kernels.op``, see ``trace/links.py``) whose FLOPs and bytes the
-op models (``models.py``) can estimate gets a row. Computed once per trace (``of(trace)``, memoised
+op models (``models.py``) can estimate gets a row, except communication kernels (NCCL/RCCL,
+``analyses.communication``). Computed once per trace (``of(trace)``, memoised
 by ``analyses.cache``) and shared by the report and the rules.
 
 Custom Triton kernels have no aten op to model. A kernel launched under a Triton launch record
@@ -46,6 +47,7 @@ import pandas as pd
 
 from traceadvisor.analyses import triton_launches
 from traceadvisor.analyses.cache import memoised
+from traceadvisor.analyses.communication import communication_kernels
 from traceadvisor.roofline.models import (
     FUSIBLE_CLASSES,
     MATRIX_CLASSES,
@@ -172,8 +174,12 @@ def kernel_table(trace: Trace, peaks: Peaks | None) -> pd.DataFrame:
     if len(recs):
         op_col = op_col.copy()
         op_col[k.index.get_indexer(recs.index)] = recs["record"].to_numpy()
-    k = k[op_col >= 0]
-    op_rows = op_col[op_col >= 0]
+    # Communication kernels (NCCL/RCCL) get no roofline row: they run on a few SMs by design and
+    # their time is mostly waiting for the other ranks, so no FLOP or byte rate says how far they are
+    # from a roof (the op models would read a collective's tensors as bytes moved at memory speed).
+    keep = (op_col >= 0) & ~k.index.isin(communication_kernels(trace))
+    k = k[keep]
+    op_rows = op_col[keep]
     if not len(k):
         return _empty()
     uops, inv = np.unique(op_rows, return_inverse=True)

@@ -134,6 +134,21 @@ class Trace:
             return "rocm"
         if len(self.gpu) or len(self.runtime):
             return "cuda"
+        if self.meta.truncated:
+            return self._platform_of_header()
+        return "cpu"
+
+    def _platform_of_header(self) -> str:
+        """The platform a trace cut off before its GPU events says in its header. Kineto writes
+        ``deviceProperties`` (``[]`` without a GPU) and the CUPTI versions first and its CPU ops
+        before the GPU activity (format doc §1, §2), so a cut file may have no GPU event and still be
+        a GPU trace. Only for a cut file: a complete one with a GPU visible but only CPU activity
+        recorded (``activities=[CPU]``) is a CPU trace. A 64-wide warp is an AMD wavefront."""
+        keys = self.meta.top_keys
+        if any(k in keys for k in ("cupti_version", "cuda_runtime_version", "cuda_driver_version")):
+            return "cuda"
+        if self.meta.devices:
+            return "rocm" if any(d.get("warpSize") == 64 for d in self.meta.devices) else "cuda"
         return "cpu"
 
     @cached_property
