@@ -69,8 +69,10 @@ class IdleGap(Rule[Options]):
     collate, `to()`, NumPy/PIL preprocessing) moves to DataLoader workers (`num_workers > 0`,
     `pin_memory=True`). Model compute (`aten::linear`, `aten::conv2d`, `CompiledFunction`, ...)
     cannot move there: cut its host overhead with `torch.compile(model)` or a CUDA graph
-    (`mode="reduce-overhead"`) and keep the launches asynchronous. An optimizer step gets a fused
-    or foreach optimizer, unless the trace shows `_fused_`/`_foreach_` kernels already run;
+    (`mode="reduce-overhead"`; the only advice for a graph already compiled, `CompiledFunction`)
+    and keep the launches asynchronous. An optimizer step gets a fused
+    or foreach optimizer, unless the trace shows `_fused_`/`_foreach_` kernels already run (where
+    only `_foreach_` runs, `fused=True`);
     `zero_grad` gets `set_to_none=True`. For GPU-side
     waits, check the cross-stream dependencies (`cudaStreamWaitEvent`, `wait_stream`) that hold
     the queued work back.
@@ -152,6 +154,10 @@ _DATA = re.compile(
 )
 _IMAGE = re.compile(r"\bPIL\b|Image\.")  # PIL's names, case-sensitive ("pil" is in "compile")
 _OPTIMIZER = re.compile(r"^Optimizer\.|optimizer|^aten::_?(?:adam|sgd|lamb|rmsprop|adagrad)", re.IGNORECASE)
+# torch.compile's graphs in a trace: AOTAutograd's CompiledFunction (autograd), Inductor's
+# CompiledFxGraph, and the "Torch-Compiled Region" annotation: advising torch.compile there is
+# advice the trace contradicts.
+_COMPILED = re.compile(r"CompiledFunction|CompiledFxGraph|Torch-Compiled Region")
 _ZERO_GRAD = re.compile(r"zero_grad", re.IGNORECASE)
 OUTSIDE_OPS = "host (outside any op)"
 
@@ -176,6 +182,12 @@ def _recommendation(trace: Trace, top_name: str) -> str:
         )
     if _OPTIMIZER.search(top_name):
         return _optimizer_advice(trace, top_name)
+    if _COMPILED.search(top_name):
+        return (
+            f"{top_name} already runs compiled (torch.compile) and its host side is still slower than its GPU work: "
+            "capture it in CUDA graphs (torch.compile(mode='reduce-overhead')), remove the graph breaks that split it "
+            "(torch._dynamo.explain), and keep the launches asynchronous (no .item() or .cpu() in between)."
+        )
     if top_name == OUTSIDE_OPS:
         return (
             "The host ran Python between ops (no op recorded) while the GPU idled: move bookkeeping, logging and "
@@ -192,7 +204,14 @@ def _recommendation(trace: Trace, top_name: str) -> str:
 
 def _optimizer_advice(trace: Trace, top_name: str) -> str:
     """Fused/foreach advice for an optimizer step, unless the trace shows those kernels already run."""
-    already = " and ".join(mark.strip("_") for mark in MULTI_TENSOR_MARKS if _runs(trace, mark))
+    running = [mark for mark in MULTI_TENSOR_MARKS if _runs(trace, mark)]
+    if running == ["_foreach_"]:
+        return (
+            f"{top_name} holds the GPU idle although it already runs foreach multi-tensor kernels: fused=True "
+            "(e.g. AdamW(..., fused=True)) does the whole update in one kernel per group of tensors; or overlap it "
+            "with the next step's forward, or capture it in a CUDA graph to cut its host time."
+        )
+    already = " and ".join(mark.strip("_") for mark in running)
     if already:
         return (
             f"{top_name} holds the GPU idle although it already runs {already} multi-tensor kernels: overlap it with "

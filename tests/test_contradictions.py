@@ -15,6 +15,9 @@ import gzip
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
 import pytest
 
 from traceadvisor.analyses.annotation_time import annotation_time
@@ -29,6 +32,7 @@ from traceadvisor.summary.annotations import (
     annotation_summary,
     multi_tensor_in_use,
 )
+from traceadvisor.summary.roofline import roofline_summary
 from traceadvisor.trace.load import load
 from traceadvisor.trace.model import Trace
 
@@ -82,6 +86,21 @@ def test_communication_kernels_have_no_roofline_row(case: str) -> None:
     trace = _trace(WITH_COMMUNICATION[case])
     rows = roofline.of(trace).kernels
     assert not rows.index.isin(communication_kernels(trace)).any()
+
+
+@pytest.mark.parametrize("case", sorted(WITH_COMMUNICATION))
+def test_the_roofline_section_takes_its_shares_of_compute_kernels(case: str) -> None:
+    trace = _trace(WITH_COMMUNICATION[case])
+    section = roofline_summary(trace)
+    lo, hi, _ = trace.analysis_window
+    k = trace.kernels
+    compute = k[(k["ts_ns"] >= lo) & (k["ts_ns"] < hi) & ~is_communication(k["name"])]
+    assert section.kernel_time_us * 1000 == pytest.approx(int(compute["dur_ns"].sum()), abs=0.5)
+    assert not any(is_communication_name(t.name) for t in section.top_kernels)
+
+
+def is_communication(names: pd.Series) -> npt.NDArray[np.bool_]:
+    return names.astype(str).map(is_communication_name).to_numpy(dtype=bool)
 
 
 def test_a_kernel_with_collective_args_is_communication_whatever_its_name() -> None:
@@ -138,6 +157,24 @@ def test_idle_gap_gives_model_compute_no_dataloader_advice(op: str) -> None:
     recommendation = text.split("\n", 1)[1]
     assert recommendation.startswith(f"{op} is model compute")
     assert "DataLoader" not in recommendation and "torch.compile" in recommendation and "CUDA graph" in recommendation
+
+
+def test_idle_gap_gives_a_compiled_graph_no_compile_advice() -> None:
+    """HTA's df_index_resolver: the host stalls in CompiledFunction (AOTAutograd's compiled graph)."""
+    (text,) = _findings(HTA / "df_index_resolver.json.gz", "GK101")
+    recommendation = text.split("\n", 1)[1]
+    assert recommendation.startswith("CompiledFunction already runs compiled")
+    assert "torch.compile(model)" not in recommendation and "DataLoader" not in recommendation
+    assert "reduce-overhead" in recommendation
+
+
+def test_idle_gap_advises_fused_where_only_foreach_runs() -> None:
+    path = TRACES / "sync_heavy_loop.json.gz"
+    assert multi_tensor_in_use(_trace(path)) == {"_foreach_"}
+    (text,) = _findings(path, "GK101")
+    recommendation = text.split("\n", 1)[1]
+    assert recommendation.startswith("Optimizer.step#AdamW.step holds the GPU idle although it already runs foreach")
+    assert "fused=True" in recommendation and "foreach=True" not in recommendation
 
 
 def test_idle_gap_gives_no_fused_advice_where_fused_kernels_run() -> None:

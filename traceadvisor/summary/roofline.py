@@ -1,7 +1,8 @@
 """The report's ``roofline`` section: peaks used and their sources, time by bound, top kernels.
 
 JSON-ready numbers (no NaN; times in µs from exact ns). Only kernels that start inside the analysis
-window count (the roofline's own table, ``roofline.of(trace)``, covers them all).
+window count (the roofline's own table, ``roofline.of(trace)``, covers them all), and no
+communication kernel (``analyses.communication``): ``kernel_time_us`` is the other kernels' time.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from traceadvisor import roofline
+from traceadvisor.analyses.communication import communication_kernels
 from traceadvisor.report.model import BoundShare, RooflineKernel, RooflinePeaks, RooflineSummary
 from traceadvisor.roofline.peaks import Peaks
 from traceadvisor.roofline.view import BASIS_TEXT
@@ -30,6 +32,9 @@ def roofline_summary(trace: Trace) -> RooflineSummary:
         return RooflineSummary(r.peaks is not None, r.reason, peaks)
     lo, hi, _ = trace.analysis_window
     all_k = trace.kernels
+    # The kernel time the roofline's shares are of leaves communication (NCCL/RCCL) out, as the
+    # roofline does: a collective's time is mostly waiting for the other ranks, not work on a roof.
+    all_k = all_k[~all_k.index.isin(communication_kernels(trace))]
     inside = all_k[(all_k["ts_ns"] >= lo) & (all_k["ts_ns"] < hi)]
     kernel_ns = int(inside["dur_ns"].sum())
     k = r.in_window(lo, hi)
