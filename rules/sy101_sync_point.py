@@ -173,7 +173,18 @@ def _message(
         f"most caused by {top_cause}{at_source(location)}; by cause: {parts}. The host "
         f"blocked {fmt_us(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_us(idle.raw_ns)} "
         f"({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) draining and refilling its queue around them; "
-        f"about {fmt_us(idle.recoverable_ns)} of that would remain without the profiler."
+        f"about {fmt_us(idle.recoverable_ns)} of that would remain without the profiler.{_line_note(location)}"
+    )
+
+
+def _line_note(location: Location | None) -> str:
+    """Say so when the location's line is not the sync's: the profiler names a Python frame by its
+    function's first line (or where it was when profiling began), never by the line of the call."""
+    if location is None or location.line_kind == "exact":
+        return ""
+    return (
+        " The trace names the function of a sync, not its line: "
+        "torch.cuda.set_sync_debug_mode('warn') prints the line of each."
     )
 
 

@@ -132,7 +132,7 @@ def test_text_report_escapes_every_control_and_forges_no_line(hostile: tuple[Pat
     assert "device: GPU\\x1b]0;pwned\\x07\\x1b[2J\\x1b]8;;https://evil.example/" in out
     assert "\\u202egnp.exe\\n1. [high] fake-finding (XX999): forged\\r (cuda)" in out
     assert "kern\\x1b]0;pwned\\x07" in out
-    assert "in fwd\\x1b]0;pwned\\x07\\x1b[2J\\u202e\\x9b31m`<script>" in out
+    assert "in: fwd\\x1b]0;pwned\\x07\\x1b[2J\\u202e\\x9b31m`<script> (defined at capture_gpu.py:401)" in out
     assert "most in Optimizer.step#AdamW.step\\x1b]0;pwned" in out
     assert "evil\\x1b]0;T\\x07\\n1. [high] fake-file.json.gz" in out
     # Every finding line is ours: "N. [severity] rule (CODE): ..." with N counting up from 1.

@@ -175,8 +175,14 @@ def launch_location(trace: Trace, runtime_row: int) -> Location | None:
 
 
 def at_source(location: Location | None) -> str:
-    """`` at train.py:42`` for a message, or nothing without a location."""
-    return f" at {location.file}:{location.line}" if location else ""
+    """Where, for a message: `` at train.py:42`` for an exact line; for a line from a profiler
+    frame, what that line is (`` in step (defined at train.py:30)``: the profiler names a frame by
+    its function's first line); nothing without a location."""
+    if location is None:
+        return ""
+    if location.line_kind == "exact":
+        return f" at {location.file}:{location.line}"
+    return f" in {location.where()}"
 
 
 # -- names and signatures of host rows ---------------------------------------------------------

@@ -27,8 +27,7 @@ def format_report(report: AdvisorReport) -> str:
         lines.append(f"  [{f.severity.value}] {one_line(f.rule)} ({one_line(f.code)}){impact}: {one_line(f.message)}")
         lines.append(f"      fix: {one_line(f.recommendation)}")
         if f.location is not None:
-            where = f"{f.location.file}:{f.location.line} ({f.location.function})"
-            lines.append(f"      at: {one_line(where)}")
+            lines.append(f"      at: {one_line(f.location.where())}")
     for t in report.report.traces:
         lines.extend(f"  warning: {one_line(w)}" for w in t.warnings)
     lines.extend(f"  rule error: {one_line(e.rule)}: {one_line(e.error)}" for e in report.report.errors)

@@ -225,8 +225,12 @@ def evidence_from(
 
 
 def location_of(trace: Trace, pid: int, tid: int, ts_ns: int) -> Location | None:
-    """The user source line active on a thread at a time (needs ``with_stack``)."""
+    """The user's innermost frame active on a thread at a time (needs ``with_stack``); its line is
+    the function's first line or where it was when profiling began (``line_kind``), as the profiler
+    names frames."""
     src = trace.source_of(np.array([pid]), np.array([tid]), np.array([ts_ns]))[0]
     if src is None:
         return None
-    return Location(file=str(src["file"]), line=int(src["line"]), function=str(src["function"]))
+    return Location(
+        file=str(src["file"]), line=int(src["line"]), function=str(src["function"]), line_kind=str(src["line_kind"])
+    )

@@ -57,13 +57,31 @@ class Impact:
     basis: str
 
 
+# What a location's line is. ``exact``: the line itself (a rule or a capture that knows it). From
+# a profiler frame (``with_stack``): ``function_start``, the first line of the function (the
+# profiler names a frame called while tracing by its first line, not by the line inside it that
+# ran the work), or ``trace_start``, the line the frame was at when profiling began (a frame
+# already on the stack then, e.g. top-level script code).
+LINE_KINDS = ("exact", "function_start", "trace_start")
+
+
 @dataclass(frozen=True, slots=True)
 class Location:
-    """A user source line (the first frame outside torch and site-packages)."""
+    """A user source location (the innermost frame of the user's code, outside every library)."""
 
     file: str
     line: int
     function: str
+    line_kind: str = "exact"  # one of LINE_KINDS
+
+    def where(self) -> str:
+        """The location in words, saying what its line is: ``train.py:42 in step``, ``step (defined
+        at train.py:30)``, or ``<module> (at train.py:12 when profiling began)``."""
+        if self.line_kind == "function_start":
+            return f"{self.function} (defined at {self.file}:{self.line})"
+        if self.line_kind == "trace_start":
+            return f"{self.function} (at {self.file}:{self.line} when profiling began)"
+        return f"{self.file}:{self.line} in {self.function}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +150,11 @@ def problem_with(f: Finding) -> str | None:
     if f.location is not None:
         if not isinstance(f.location, Location):
             return _wrong("finding location", "a Location or None", f.location)
-        problem = _fields(f.location, "location", integer=("line",), text=("file", "function"))
+        problem = _fields(f.location, "location", integer=("line",), text=("file", "function", "line_kind"))
         if problem:
             return problem
+        if f.location.line_kind not in LINE_KINDS:
+            return _wrong("finding location line_kind", f"one of {', '.join(LINE_KINDS)}", f.location.line_kind)
     if not isinstance(f.evidence, tuple):
         return _wrong("finding evidence", "a tuple of Evidence", f.evidence)
     for e in f.evidence:

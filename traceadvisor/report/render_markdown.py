@@ -8,7 +8,7 @@ backtick run inside (``safe_text.markdown_code``). Long tables print their first
 
 from __future__ import annotations
 
-from traceadvisor.report.finding import Finding
+from traceadvisor.report.finding import Finding, Location
 from traceadvisor.report.format import (
     ABOVE_ROOF_NOTE,
     ROW_LIMIT,
@@ -107,12 +107,21 @@ def _finding(f: Finding) -> list[str]:
     out += ["", _text(f.message), ""]
     if f.impact is not None:
         out.append(f"- impact: {_ms(f.impact.time_us)} ({f.impact.share_pct:.1f}%), {_text(f.impact.basis)}")
-    loc = f.location
-    if loc is not None:
-        where = markdown_code(f"{loc.file}:{loc.line}", TEXT_LIMIT, in_table=False)
-        out.append(f"- location: {where} in {markdown_code(loc.function, in_table=False)}")
+    if f.location is not None:
+        out.append(f"- location: {_location(f.location)}")
     out += [f"- fix: {_text(f.recommendation)}", ""]
     return out
+
+
+def _location(loc: Location) -> str:
+    """``train.py:42`` in ``step``; a line from a profiler frame says what it is (Location.where)."""
+    where = markdown_code(f"{loc.file}:{loc.line}", TEXT_LIMIT, in_table=False)
+    function = markdown_code(loc.function, in_table=False)
+    if loc.line_kind == "function_start":
+        return f"in {function} (defined at {where})"
+    if loc.line_kind == "trace_start":
+        return f"in {function} (at {where} when profiling began)"
+    return f"{where} in {function}"
 
 
 def _annotations(a: AnnotationSummary) -> list[str]:

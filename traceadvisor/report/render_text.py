@@ -175,7 +175,8 @@ def _findings(console: Console, report: Report) -> None:
             )
         loc = f.location
         if loc is not None:
-            console.print(f"   at: {_text(loc.file)}:{_name(loc.line)} in {_name(loc.function)}")
+            label = "at" if loc.line_kind == "exact" else "in"  # "in step (defined at train.py:30)"
+            console.print(f"   {label}: {_text(loc.where())}")
         console.print(f"   fix: {_text(f.recommendation)}")
     for s in report.skipped:
         console.print(f"skipped {_name(s.rule)}: {_text(s.reason)}")
