@@ -63,6 +63,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
     from traceadvisor.summary.roofline import roofline_summary
     from traceadvisor.summary.steps import step_summaries
     from traceadvisor.summary.units import us
+    from traceadvisor.whatif.replay import replay_error_pct
 
     lo, hi, basis = trace.analysis_window
     window = hi - lo
@@ -89,6 +90,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
         annotations=annotation_summary(trace),
         capture=dict(trace.meta.flags),
         warnings=tuple(trace.meta.warnings),
+        replay_error_pct=replay_error_pct(trace),
     )
 
 

@@ -401,6 +401,9 @@ class TraceSummary:
     annotations: AnnotationSummary | None
     capture: Mapping[str, bool]
     warnings: tuple[str, ...]
+    # Max over steps of |replayed - measured| / measured step span, % (whatif/replay.py); None
+    # without steps. How far a what-if saving computed by the replay can be trusted on this trace.
+    replay_error_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -423,6 +426,7 @@ class TraceSummary:
             "annotations": self.annotations.to_dict() if self.annotations is not None else None,
             "capture": dict(self.capture),
             "warnings": list(self.warnings),
+            "replay_error_pct": self.replay_error_pct,
         }
 
     @classmethod
@@ -448,6 +452,7 @@ class TraceSummary:
             annotations=AnnotationSummary.from_dict(annotations) if annotations is not None else None,
             capture=dict(d["capture"]),
             warnings=tuple(d["warnings"]),
+            replay_error_pct=d.get("replay_error_pct"),
         )
 
 

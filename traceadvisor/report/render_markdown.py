@@ -65,6 +65,8 @@ def _trace(t: TraceSummary) -> list[str]:
     out.append(f"- device: {markdown(dev)}")
     out.append(f"- window: {_ms(t.window_us)} ({markdown(t.window_basis)})")
     out.append(f"- GPU busy: {t.gpu_busy_pct:.1f}% ({_ms(t.gpu_busy_us)}); {t.kernel_count} kernels")
+    if t.replay_error_pct is not None:
+        out.append(f"- replay: steps reproduced within {t.replay_error_pct:.2f}%")
     out += [f"- warning: {_text(w)}" for w in t.warnings[:ROW_LIMIT]]
     more = more_warnings_line(t.warnings)
     if more is not None:

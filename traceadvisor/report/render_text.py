@@ -91,6 +91,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
         f"  window: {_ms(t.window_us)} ({_name(t.window_basis)}), GPU busy {t.gpu_busy_pct:.1f}% "
         f"({_ms(t.gpu_busy_us)}), idle {_ms(t.gpu_idle_us)}, {t.kernel_count} kernels"
     )
+    if t.replay_error_pct is not None:
+        console.print(f"  replay: steps reproduced within {t.replay_error_pct:.2f}% (what-if savings rest on it)")
     for w in t.warnings[:ROW_LIMIT]:
         console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(w)}"))
     more = more_warnings_line(t.warnings)

@@ -1,0 +1,500 @@
+"""A discrete-event replay of a trace: host threads, launches, streams, event waits and blocking syncs.
+
+The model (docs/whatif.md):
+
+* each host thread runs its events in their measured order and with their measured durations and
+  gaps; only a blocking call (``cuda_api.BLOCKING_CALLS``) can move what follows it on its thread,
+  because it returns when the GPU work it waits for ends (CUDA runtime API: cudaDeviceSynchronize,
+  cudaStreamSynchronize, cudaEventSynchronize and the synchronous cudaMemcpy block the host);
+* a runtime call enqueues the GPU work correlated to it (``gpu.launch``); each stream runs its work
+  in launch order (a CUDA stream executes in submission order); a GPU record starts at
+  ``max(its stream's previous end, its launch call's end, the ends of the work it waits for through
+  cudaStreamWaitEvent) + release delay`` and keeps its measured duration. The release delay is the
+  one the trace shows for that record (launch latency on an idle stream, the gap between
+  back-to-back kernels on a busy one), capped at a high percentile of the device's delays, so a wait
+  the model does not explain is not silently kept;
+* a blocking call that waited (the work it waits for ended inside it) returns ``wake`` ns after that
+  work ends (``wake`` measured per call: the driver's return path), and never sooner than ``wake``
+  after it started.
+
+Replaying the unchanged trace reproduces the measured steps; ``replay(trace, overrides)`` replays
+the same structure with GPU durations changed and sync or event-wait edges removed, which is what a
+fix's saving will be computed from (issue 12 item 3).
+
+One Python loop over launched GPU records and blocking calls, on plain lists (per-record numpy
+indexing costs more than the arithmetic): ~1 µs per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from traceadvisor.analyses.cache import memoised
+from traceadvisor.trace.cuda_api import BLOCKING_CALLS
+from traceadvisor.trace.model import Trace
+from traceadvisor.trace.steps import name_codes
+
+I64 = npt.NDArray[np.int64]
+
+# Release delays above this percentile of a device's delays are capped to it: launch latency and
+# back-to-back gaps are a few µs and steady; a much longer delay is a wait the model does not see.
+DELAY_PERCENTILE = 99.0
+# Calls that wait for one stream when their 'stream' argument is recorded.
+_STREAM_CALLS = frozenset({"cudaStreamSynchronize", "cuStreamSynchronize", "hipStreamSynchronize"})
+# Calls that enqueue a copy and wait for it (synchronous memcpy: it returns when its copy is done).
+_COPY_CALLS = frozenset({"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpyWithStream"})
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Changes to the graph a what-if scenario replays.
+
+    ``gpu_dur_ns``: new durations of GPU records (gpu row -> ns); ``no_wait``: runtime rows of
+    blocking calls that no longer wait (the sync is removed: the call costs its ``wake`` only);
+    ``no_event_wait``: gpu rows that no longer wait for other streams.
+    """
+
+    gpu_dur_ns: Mapping[int, int] = field(default_factory=dict)
+    no_wait: frozenset[int] = frozenset()
+    no_event_wait: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class StepReplay:
+    """One step measured and replayed: CPU window and end of the GPU work launched inside it."""
+
+    step: int
+    measured_cpu_ns: int
+    replayed_cpu_ns: int
+    measured_span_ns: int
+    replayed_span_ns: int
+
+    @property
+    def error_pct(self) -> float:
+        if self.measured_span_ns <= 0:
+            return 0.0
+        return abs(self.replayed_span_ns - self.measured_span_ns) / self.measured_span_ns * 100.0
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The replayed times: GPU records (``gpu_start_ns``/``gpu_end_ns`` by gpu row; unlaunched
+    records keep their measured times), host shifts per thread and the steps."""
+
+    gpu_start_ns: I64
+    gpu_end_ns: I64
+    steps: tuple[StepReplay, ...]
+
+    @property
+    def error_pct(self) -> float | None:
+        """Max over steps of |replayed - measured| / measured span, % (None without steps)."""
+        if not self.steps:
+            return None
+        return max(s.error_pct for s in self.steps)
+
+
+@dataclass
+class _Shifts:
+    """How far each host thread has moved: the shift after each blocking call's measured end."""
+
+    ends: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    shifts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+
+    def add(self, thread: tuple[int, int], measured_end: int, shift: int) -> None:
+        self.ends.setdefault(thread, []).append(measured_end)
+        self.shifts.setdefault(thread, []).append(shift)
+
+    def at(self, thread: tuple[int, int], t: int) -> int:
+        """Shift of a host time ``t`` on ``thread``: that of the last blocking call ended by ``t``."""
+        ends = self.ends.get(thread)
+        if not ends:
+            return 0
+        k = int(np.searchsorted(np.asarray(ends), t, side="right")) - 1
+        return self.shifts[thread][k] if k >= 0 else 0
+
+
+@memoised
+def measured_replay(trace: Trace) -> Replay:
+    """The unchanged trace replayed (memoised): its step errors say how far the model can be trusted."""
+    return replay(trace)
+
+
+def replay(trace: Trace, overrides: Overrides | None = None) -> Replay:
+    """Replay ``trace`` (with ``overrides`` applied) and return the replayed GPU times and steps."""
+    ov = overrides or Overrides()
+    gpu = trace.gpu
+    start = gpu["ts_ns"].to_numpy().copy()
+    end = gpu["end_ns"].to_numpy().copy()
+    launch = gpu["launch"].to_numpy()
+    launched = np.flatnonzero(launch >= 0)
+    shifts = _Shifts()
+    if len(launched):
+        _simulate(trace, launched, ov, start, end, shifts)
+    return Replay(start, end, _steps(trace, start, end, shifts))
+
+
+def _stream_keys(gpu: pd.DataFrame, rows: I64) -> I64:
+    """One small int per (device, stream): stream ids are per device."""
+    dev = gpu["device"].to_numpy()[rows]
+    stream = gpu["stream"].to_numpy()[rows]
+    # one int64 per pair (stream ids are small handles or -1; the device in the high bits)
+    _, inverse = np.unique((dev << 40) + (stream & ((1 << 40) - 1)), return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64)
+
+
+def _release_caps(gpu: pd.DataFrame, rows: I64, release: I64) -> dict[int, int]:
+    """Per device, the cap on a record's release delay (``DELAY_PERCENTILE`` of the device's delays)."""
+    delay = gpu["ts_ns"].to_numpy()[rows] - release
+    dev = gpu["device"].to_numpy()[rows]
+    caps: dict[int, int] = {}
+    for d in np.unique(dev).tolist():
+        mine = delay[dev == d]
+        caps[int(d)] = int(np.percentile(mine, DELAY_PERCENTILE)) if len(mine) else 0
+    return caps
+
+
+def _measured_release(gpu: pd.DataFrame, rows: I64, keys: I64, launch_ref: I64) -> I64:
+    """When each record (in launch order) could start by its stream and launch alone, measured."""
+    end = gpu["end_ns"].to_numpy()[rows]
+    prev_end = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")  # launch order within each stream
+    same = keys[order][1:] == keys[order][:-1]
+    prev_end[order[1:][same]] = end[order[:-1][same]]
+    return np.maximum(prev_end, launch_ref)
+
+
+def _event_waits(trace: Trace, order_rows: I64) -> dict[int, list[int]]:
+    """gpu row -> gpu rows it waits for through cudaStreamWaitEvent (syncs table, format doc §4.8):
+    the first record launched on the waiting stream after the wait call waits for the last record
+    launched on the recording stream before the cudaEventRecord call."""
+    sy = trace.syncs
+    waits = sy[(sy["wait_on_event_corr"] >= 0) & (sy["stream"] >= 0) & (sy["wait_on_stream"] >= 0)]
+    if not len(order_rows):
+        return {}
+    if not len(waits):
+        return _unresolved_event_waits(trace, order_rows)
+    rt, gpu = trace.runtime, trace.gpu
+    corr = pd.Index(rt["correlation"].to_numpy())
+    rt_ts = rt["ts_ns"].to_numpy()
+    launch_ts = rt_ts[gpu["launch"].to_numpy()[order_rows]]
+    streams = gpu["stream"].to_numpy()[order_rows]
+    devices = gpu["device"].to_numpy()[order_rows]
+    by_stream: dict[tuple[int, int], I64] = {}
+    for key in set(zip(devices.tolist(), streams.tolist(), strict=True)):
+        by_stream[key] = np.flatnonzero((devices == key[0]) & (streams == key[1]))
+    rec_pos = corr.get_indexer(waits["wait_on_event_corr"].to_numpy())
+    call_pos = corr.get_indexer(waits["correlation"].to_numpy())
+    out: dict[int, list[int]] = {}
+    for dev, s, ws, rp, cp in zip(
+        waits["device"].tolist(),
+        waits["stream"].tolist(),
+        waits["wait_on_stream"].tolist(),
+        rec_pos.tolist(),
+        call_pos.tolist(),
+        strict=True,
+    ):
+        src, dst = by_stream.get((dev, ws)), by_stream.get((dev, s))
+        if rp < 0 or cp < 0 or src is None or dst is None:
+            continue
+        a = int(np.searchsorted(launch_ts[src], rt_ts[rp], side="left")) - 1
+        b = int(np.searchsorted(launch_ts[dst], rt_ts[cp], side="left"))
+        if a >= 0 and b < len(dst):
+            out.setdefault(int(order_rows[dst[b]]), []).append(int(order_rows[src[a]]))
+    return out
+
+
+def _unresolved_event_waits(trace: Trace, order_rows: I64) -> dict[int, list[int]]:
+    """Event waits of a trace without ``cuda_sync`` events (kineto before 2023, ROCm): the runtime
+    calls cudaStreamWaitEvent / hipStreamWaitEvent name neither stream. PyTorch records the event on
+    the producer stream right before the wait (``Stream.wait_stream``, the caching allocator's
+    ``record_stream``) and then launches on the waiting stream, so: the first record the calling
+    thread launches after the wait waits for the last record launched before it on another stream."""
+    rt, gpu = trace.runtime, trace.gpu
+    calls = np.flatnonzero(_names_where(rt, lambda n: n.endswith("StreamWaitEvent")))
+    if not len(calls):
+        return {}
+    launch = gpu["launch"].to_numpy()[order_rows]
+    launch_ts = rt["ts_ns"].to_numpy()[launch]  # ascending: order_rows is in launch order
+    keys = _stream_keys(gpu, order_rows)
+    threads = rt["pid"].to_numpy()[launch] * (1 << 32) + rt["tid"].to_numpy()[launch]
+    call_thread = rt["pid"].to_numpy()[calls] * (1 << 32) + rt["tid"].to_numpy()[calls]
+    out: dict[int, list[int]] = {}
+    for ts, th in zip(rt["ts_ns"].to_numpy()[calls].tolist(), call_thread.tolist(), strict=True):
+        b = int(np.searchsorted(launch_ts, ts, side="left"))
+        after = np.flatnonzero(threads[b : b + 64] == th)
+        if not len(after) or b == 0:
+            continue
+        dst = b + int(after[0])
+        lo = max(0, b - 256)
+        other = np.flatnonzero(keys[lo:b] != keys[dst])
+        if len(other):
+            out.setdefault(int(order_rows[dst]), []).append(int(order_rows[lo + int(other[-1])]))
+    return out
+
+
+def _names_where(table: pd.DataFrame, test: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
+    """Which rows' names pass ``test``, tested once per distinct name (names repeat by thousands)."""
+    codes, categories = name_codes(table["name"])
+    hit = np.array([test(str(n)) for n in categories] + [False], dtype=bool)
+    return hit[codes]  # code -1 (no name) reads the trailing False
+
+
+def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, shifts: _Shifts) -> None:
+    """Run the replay loop over launched GPU records and blocking calls, in measured launch order."""
+    gpu, rt = trace.gpu, trace.runtime
+    is_blocking = _names_where(rt, lambda n: n in BLOCKING_CALLS)
+    launch = gpu["launch"].to_numpy()
+    rt_ts, rt_end = rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()
+    # GPU records in launch order (ties: in the order they ran), so each stream's are in order.
+    order = np.lexsort((gpu["ts_ns"].to_numpy()[launched], rt_ts[launch[launched]]))
+    rows = launched[order]
+    lrow = launch[rows]
+    # A synchronous copy's call waits for its own copy: measure that copy's release from the call's
+    # start, since the call's end depends on the copy.
+    launch_ref = np.where(is_blocking[lrow], rt_ts[lrow], rt_end[lrow])
+    keys = _stream_keys(gpu, rows)
+    floor = _unlaunched_floor(gpu, rows)
+    release = np.maximum(_measured_release(gpu, rows, keys, launch_ref), floor)
+    meas_start, meas_end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    # A record cannot have waited for work that ended after it started: such a pairing is wrong
+    # (an inferred wait matched to the wrong record), and keeping it would move the record early.
+    waits = {
+        r: kept
+        for r, srcs in _event_waits(trace, rows).items()
+        if (kept := [a for a in srcs if meas_end[a] <= meas_start[r]])
+    }
+    if waits:
+        pos = {r: i for i, r in enumerate(rows.tolist())}
+        for r, srcs in waits.items():
+            i = pos[r]
+            release[i] = max(int(release[i]), max(int(meas_end[s]) for s in srcs))
+    caps = _release_caps(gpu, rows, release)
+    dev = gpu["device"].to_numpy()[rows]
+    delay = np.minimum(meas_start[rows] - release, np.array([caps[d] for d in dev.tolist()], dtype=np.int64))
+    dur = (meas_end - meas_start)[rows].copy()
+    if ov.gpu_dur_ns:
+        pos = pd.Index(rows).get_indexer(np.fromiter(ov.gpu_dur_ns, dtype=np.int64))
+        new = np.fromiter(ov.gpu_dur_ns.values(), dtype=np.int64)
+        dur[pos[pos >= 0]] = new[pos >= 0]
+    calls = np.flatnonzero(is_blocking)
+    _loop(trace, rows, lrow, keys, delay, dur, launch_ref, floor, waits, calls, ov, start, end, shifts)
+
+
+def _unlaunched_floor(gpu: pd.DataFrame, rows: I64) -> I64:
+    """For each launched record, the measured end of the work queued before it on its stream whose
+    launch the trace lacks (launched before the profiler's window opened, so it keeps its measured
+    times): a stream runs in order, so that work still holds the records behind it."""
+    floor = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
+    fixed = np.flatnonzero(gpu["launch"].to_numpy() < 0)
+    if not len(fixed):
+        return floor
+    dev, stream = gpu["device"].to_numpy(), gpu["stream"].to_numpy()
+    ts, end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    for d, s in set(zip(dev[fixed].tolist(), stream[fixed].tolist(), strict=True)):
+        mine = fixed[(dev[fixed] == d) & (stream[fixed] == s)]
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        ends_so_far = np.maximum.accumulate(end[mine])
+        sel = np.flatnonzero((dev[rows] == d) & (stream[rows] == s))
+        k = np.searchsorted(ts[mine], ts[rows[sel]], side="left") - 1
+        ok = k >= 0
+        floor[sel[ok]] = ends_so_far[k[ok]]
+    return floor
+
+
+def _loop(
+    trace: Trace,
+    rows: I64,
+    lrow: I64,
+    keys: I64,
+    delay: I64,
+    dur: I64,
+    launch_ref: I64,
+    floor: I64,
+    waits: dict[int, list[int]],
+    calls: I64,
+    ov: Overrides,
+    start: I64,
+    end: I64,
+    shifts: _Shifts,
+) -> None:
+    """The event loop. GPU record i is processed at its launch call's start, a blocking call at its
+    own start (after the copy it launches, if any): everything either waits for was launched before."""
+    rt = trace.runtime
+    rt_ts, rt_end = rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()
+    threads = list(zip(rt["pid"].tolist(), rt["tid"].tolist(), strict=True))
+    codes, categories = name_codes(rt["name"])
+    names = {int(c): str(categories[c]) for c in np.unique(codes[calls]).tolist() if c >= 0}
+    stream_arg = rt["stream_arg"].to_numpy()
+    gpu_stream = trace.gpu["stream"].to_numpy()[rows].tolist()
+    meas_end = trace.gpu["end_ns"].to_numpy()[rows].tolist()
+    own = np.isin(lrow, calls).tolist()  # launched by a blocking call (a synchronous copy)
+    # merged schedule: (time, 0, i) for GPU record i, (time, 1, call row) for blocking calls
+    ev_t = np.concatenate((rt_ts[lrow], rt_ts[calls]))
+    ev_kind = np.concatenate((np.zeros(len(rows), np.int8), np.ones(len(calls), np.int8)))
+    ev_idx = np.concatenate((np.arange(len(rows)), calls))
+    sched = np.lexsort((ev_kind, ev_t))
+    lrow_l, key_l = lrow.tolist(), keys.tolist()
+    delay_l, dur_l, ref_l, floor_l = delay.tolist(), dur.tolist(), launch_ref.tolist(), floor.tolist()
+    thread_of = [threads[lr] for lr in lrow_l]
+    wait_pos = _wait_positions(rows, waits, ov.no_event_wait)
+    first, offset = _graph_nodes(trace, rows, lrow)
+    first_l, offset_l = first.tolist(), offset.tolist()
+    rt_ts_l, rt_end_l = rt_ts.tolist(), rt_end.tolist()
+    new_start, new_end = [0] * len(rows), [0] * len(rows)
+    shift: dict[tuple[int, int], int] = {}
+    stream_end: dict[int, int] = {}  # replayed end of the last record launched on each stream key
+    stream_meas: dict[int, int] = {}  # its measured end
+    stream_of_key: dict[int, int] = {}
+    own_end: dict[int, int] = {}  # a blocking call's own copies' replayed end
+    own_meas: dict[int, int] = {}
+    for kind, i in zip(ev_kind[sched].tolist(), ev_idx[sched].tolist(), strict=True):
+        if kind == 0:
+            k = key_l[i]
+            f = first_l[i]
+            if f != i:  # a later node of a graph launch: where the graph put it, after its first node
+                s0 = new_start[f] + offset_l[i]
+                prev = stream_end.get(k)
+                if prev is not None and prev > s0:
+                    s0 = prev
+                e0 = s0 + dur_l[i]
+                new_start[i], new_end[i] = s0, e0
+                stream_end[k], stream_meas[k], stream_of_key[k] = e0, meas_end[i], gpu_stream[i]
+                continue
+            ready = ref_l[i] + shift.get(thread_of[i], 0)
+            if floor_l[i] > ready:
+                ready = floor_l[i]
+            prev = stream_end.get(k)
+            if prev is not None and prev > ready:
+                ready = prev
+            if i in wait_pos:
+                for j in wait_pos[i]:
+                    if new_end[j] > ready:
+                        ready = new_end[j]
+            s0 = ready + delay_l[i]
+            e0 = s0 + dur_l[i]
+            new_start[i], new_end[i] = s0, e0
+            stream_end[k], stream_meas[k], stream_of_key[k] = e0, meas_end[i], gpu_stream[i]
+            if own[i]:
+                lr = lrow_l[i]
+                own_end[lr] = max(own_end.get(lr, e0), e0)
+                own_meas[lr] = max(own_meas.get(lr, 0), meas_end[i])
+            continue
+        c = i
+        th = threads[c]
+        sh = shift.get(th, 0)
+        c0, c1 = rt_ts_l[c], rt_end_l[c]
+        awaited, awaited_meas = _awaited(
+            names.get(int(codes[c]), ""),
+            int(stream_arg[c]),
+            c,
+            c1,
+            own_end,
+            own_meas,
+            stream_end,
+            stream_meas,
+            stream_of_key,
+        )
+        if awaited_meas is None or awaited_meas < c0:
+            continue  # it did not wait: a host call like any other, nothing moves
+        wake = c1 - awaited_meas
+        # A removed sync costs only its return path; a kept one returns ``wake`` after its work ends.
+        replayed_end = c0 + sh + wake if c in ov.no_wait else max(c0 + sh + wake, awaited + wake)
+        shift[th] = replayed_end - c1
+        shifts.add(th, c1, replayed_end - c1)
+    start[rows] = new_start
+    end[rows] = new_end
+
+
+def _graph_nodes(trace: Trace, rows: I64, lrow: I64) -> tuple[I64, I64]:
+    """For each record (in launch order), the position of the first record of its launch and its
+    measured start offset from it. One cudaGraphLaunch runs many nodes whose dependencies (graph
+    edges, possibly across streams) the trace does not record; the graph keeps its measured schedule
+    relative to its first node, which the replay moves."""
+    _, first_of, inverse = np.unique(lrow, return_index=True, return_inverse=True)
+    first = first_of[inverse.reshape(-1)].astype(np.int64)
+    ts = trace.gpu["ts_ns"].to_numpy()[rows]
+    return first, (ts - ts[first]).astype(np.int64)
+
+
+def _wait_positions(rows: I64, waits: dict[int, list[int]], dropped: frozenset[int]) -> dict[int, list[int]]:
+    """The event waits by position in ``rows`` (launch order), less those a scenario removed."""
+    if not waits:
+        return {}
+    pos = {r: i for i, r in enumerate(rows.tolist())}
+    return {pos[r]: [pos[s] for s in srcs] for r, srcs in waits.items() if r not in dropped}
+
+
+def _awaited(
+    name: str,
+    stream: int,
+    call: int,
+    call_end: int,
+    own_end: dict[int, int],
+    own_meas: dict[int, int],
+    stream_end: dict[int, int],
+    stream_meas: dict[int, int],
+    stream_of_key: dict[int, int],
+) -> tuple[int, int | None]:
+    """(replayed, measured) end of the GPU work a blocking call waited for (measured None: none).
+
+    A synchronous copy waits for its own copy; a stream sync with its stream recorded for that
+    stream's last work; any other (device sync, event sync, a stream sync without its argument) for
+    the latest work launched before it that ended before it returned: what it evidently waited for.
+    """
+    if name in _COPY_CALLS and call in own_end:
+        return own_end[call], own_meas[call]
+    best_r, best_m = 0, None
+    for k, m in stream_meas.items():
+        if m > call_end:
+            continue
+        if name in _STREAM_CALLS and stream >= 0 and stream_of_key[k] != stream:
+            continue
+        if best_m is None or m > best_m:
+            best_r, best_m = stream_end[k], m
+        elif m == best_m:
+            best_r = max(best_r, stream_end[k])
+    return best_r, best_m
+
+
+def _steps(trace: Trace, start: I64, end: I64, shifts: _Shifts) -> tuple[StepReplay, ...]:
+    """Each step measured and replayed: its CPU window (on the thread that recorded it) and the end of
+    the GPU work launched inside it (the window ``steps.py`` gives, on the busiest device)."""
+    t = trace.steps.table
+    if not len(t) or not trace.device_ids:
+        return ()
+    ann = trace.annotations
+    ann_names = ann["name"].astype(str).to_numpy()
+    ann_ts = ann["ts_ns"].to_numpy()
+    ann_thread = list(zip(ann["pid"].tolist(), ann["tid"].tolist(), strict=True))
+    gpu, rt = trace.gpu, trace.runtime
+    dev = trace.device_ids[0]
+    launch = gpu["launch"].to_numpy()
+    g = np.flatnonzero((gpu["device"].to_numpy() == dev) & (launch >= 0))
+    launch_ts = rt["ts_ns"].to_numpy()[launch[g]]
+    out: list[StepReplay] = []
+    for step, name, cs, ce, ge in zip(
+        t["step"].tolist(),
+        t["name"].tolist(),
+        t["cpu_start_ns"].tolist(),
+        t["cpu_end_ns"].tolist(),
+        t["gpu_end_ns"].tolist(),
+        strict=True,
+    ):
+        hit = np.flatnonzero((ann_names == name) & (ann_ts == cs))
+        th = ann_thread[int(hit[0])] if len(hit) else (-1, -1)
+        rs, re_ = cs + shifts.at(th, cs), ce + shifts.at(th, ce)
+        mine = g[(launch_ts >= cs) & (launch_ts < ce)]
+        m_end = max(ce, ge)
+        r_end = max(re_, int(end[mine].max())) if len(mine) else re_
+        out.append(StepReplay(int(step), ce - cs, re_ - rs, m_end - cs, r_end - rs))
+    return tuple(out)
+
+
+def replay_error_pct(trace: Trace) -> float | None:
+    """``traces[].replay_error_pct``: the unchanged trace's worst step error, % (None without steps)."""
+    return measured_replay(trace).error_pct
