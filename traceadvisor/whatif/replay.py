@@ -326,7 +326,7 @@ def _loop(
     own start (after the copy it launches, if any): everything either waits for was launched before."""
     rt = trace.runtime
     rt_ts, rt_end = rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()
-    threads = list(zip(rt["pid"].tolist(), rt["tid"].tolist(), strict=True))
+    pid, tid = rt["pid"].to_numpy(), rt["tid"].to_numpy()
     codes, categories = name_codes(rt["name"])
     names = {int(c): str(categories[c]) for c in np.unique(codes[calls]).tolist() if c >= 0}
     stream_arg = rt["stream_arg"].to_numpy()
@@ -340,16 +340,20 @@ def _loop(
     sched = np.lexsort((ev_kind, ev_t))
     lrow_l, key_l = lrow.tolist(), keys.tolist()
     delay_l, dur_l, ref_l, floor_l = delay.tolist(), dur.tolist(), launch_ref.tolist(), floor.tolist()
-    thread_of = [threads[lr] for lr in lrow_l]
+    # threads as small ints (a list lookup in the loop, not a tuple hash)
+    _, thread_ix = np.unique(rt["pid"].to_numpy() * (1 << 32) + rt["tid"].to_numpy(), return_inverse=True)
+    thread_ix = thread_ix.reshape(-1)
+    thread_of = thread_ix[lrow].tolist()
+    thread_ix_l = thread_ix.tolist()
     wait_pos = _wait_positions(rows, waits, ov.no_event_wait)
     first, offset = _graph_nodes(trace, rows, lrow)
     first_l, offset_l = first.tolist(), offset.tolist()
-    rt_ts_l, rt_end_l = rt_ts.tolist(), rt_end.tolist()
+    # the blocking calls' own times (a few hundred: no list of every runtime row)
+    call_ts = dict(zip(calls.tolist(), rt_ts[calls].tolist(), strict=True))
+    call_end = dict(zip(calls.tolist(), rt_end[calls].tolist(), strict=True))
     new_start, new_end = [0] * len(rows), [0] * len(rows)
-    shift: dict[tuple[int, int], int] = {}
-    stream_end: dict[int, int] = {}  # replayed end of the last record launched on each stream key
-    stream_meas: dict[int, int] = {}  # its measured end
-    stream_of_key: dict[int, int] = {}
+    shift = [0] * (int(thread_ix.max()) + 1 if len(thread_ix) else 1)
+    last = [-1] * (max(key_l) + 1)  # position of the last record launched on each stream key
     own_end: dict[int, int] = {}  # a blocking call's own copies' replayed end
     own_meas: dict[int, int] = {}
     for kind, i in zip(ev_kind[sched].tolist(), ev_idx[sched].tolist(), strict=True):
@@ -358,19 +362,19 @@ def _loop(
             f = first_l[i]
             if f != i:  # a later node of a graph launch: where the graph put it, after its first node
                 s0 = new_start[f] + offset_l[i]
-                prev = stream_end.get(k)
-                if prev is not None and prev > s0:
-                    s0 = prev
+                p = last[k]
+                if p >= 0 and new_end[p] > s0:
+                    s0 = new_end[p]
                 e0 = s0 + dur_l[i]
                 new_start[i], new_end[i] = s0, e0
-                stream_end[k], stream_meas[k], stream_of_key[k] = e0, meas_end[i], gpu_stream[i]
+                last[k] = i
                 continue
-            ready = ref_l[i] + shift.get(thread_of[i], 0)
+            ready = ref_l[i] + shift[thread_of[i]]
             if floor_l[i] > ready:
                 ready = floor_l[i]
-            prev = stream_end.get(k)
-            if prev is not None and prev > ready:
-                ready = prev
+            p = last[k]
+            if p >= 0 and new_end[p] > ready:
+                ready = new_end[p]
             if i in wait_pos:
                 for j in wait_pos[i]:
                     if new_end[j] > ready:
@@ -378,16 +382,16 @@ def _loop(
             s0 = ready + delay_l[i]
             e0 = s0 + dur_l[i]
             new_start[i], new_end[i] = s0, e0
-            stream_end[k], stream_meas[k], stream_of_key[k] = e0, meas_end[i], gpu_stream[i]
+            last[k] = i
             if own[i]:
                 lr = lrow_l[i]
                 own_end[lr] = max(own_end.get(lr, e0), e0)
                 own_meas[lr] = max(own_meas.get(lr, 0), meas_end[i])
             continue
         c = i
-        th = threads[c]
-        sh = shift.get(th, 0)
-        c0, c1 = rt_ts_l[c], rt_end_l[c]
+        th = thread_ix_l[c]
+        sh = shift[th]
+        c0, c1 = call_ts[c], call_end[c]
         awaited, awaited_meas = _awaited(
             names.get(int(codes[c]), ""),
             int(stream_arg[c]),
@@ -395,9 +399,7 @@ def _loop(
             c1,
             own_end,
             own_meas,
-            stream_end,
-            stream_meas,
-            stream_of_key,
+            [(new_end[p], meas_end[p], gpu_stream[p]) for p in last if p >= 0],
         )
         if awaited_meas is None or awaited_meas < c0:
             continue  # it did not wait: a host call like any other, nothing moves
@@ -405,7 +407,7 @@ def _loop(
         # A removed sync costs only its return path; a kept one returns ``wake`` after its work ends.
         replayed_end = c0 + sh + wake if c in ov.no_wait else max(c0 + sh + wake, awaited + wake)
         shift[th] = replayed_end - c1
-        shifts.add(th, c1, replayed_end - c1)
+        shifts.add((int(pid[c]), int(tid[c])), c1, replayed_end - c1)
     start[rows] = new_start
     end[rows] = new_end
 
@@ -436,11 +438,10 @@ def _awaited(
     call_end: int,
     own_end: dict[int, int],
     own_meas: dict[int, int],
-    stream_end: dict[int, int],
-    stream_meas: dict[int, int],
-    stream_of_key: dict[int, int],
+    tails: list[tuple[int, int, int]],
 ) -> tuple[int, int | None]:
-    """(replayed, measured) end of the GPU work a blocking call waited for (measured None: none).
+    """(replayed, measured) end of the GPU work a blocking call waited for (measured None: none),
+    given each stream's last launched record as (replayed end, measured end, stream).
 
     A synchronous copy waits for its own copy; a stream sync with its stream recorded for that
     stream's last work; any other (device sync, event sync, a stream sync without its argument) for
@@ -449,15 +450,15 @@ def _awaited(
     if name in _COPY_CALLS and call in own_end:
         return own_end[call], own_meas[call]
     best_r, best_m = 0, None
-    for k, m in stream_meas.items():
+    for r, m, s in tails:
         if m > call_end:
             continue
-        if name in _STREAM_CALLS and stream >= 0 and stream_of_key[k] != stream:
+        if name in _STREAM_CALLS and stream >= 0 and s != stream:
             continue
         if best_m is None or m > best_m:
-            best_r, best_m = stream_end[k], m
+            best_r, best_m = r, m
         elif m == best_m:
-            best_r = max(best_r, stream_end[k])
+            best_r = max(best_r, r)
     return best_r, best_m
 
 
