@@ -73,6 +73,11 @@ class StepReplay:
     replayed_cpu_ns: int
     measured_span_ns: int
     replayed_span_ns: int
+    # absolute end of the step (CPU end or its GPU work's end, whichever is later), measured and
+    # replayed: a GPU-bound loop's host runs steps ahead, so its spans overlap and include the
+    # backlog of earlier steps; the spacing of the ends is its step time (what-if scenarios)
+    measured_end_ns: int = 0
+    replayed_end_ns: int = 0
 
     @property
     def error_pct(self) -> float:
@@ -492,7 +497,7 @@ def _steps(trace: Trace, start: I64, end: I64, shifts: _Shifts) -> tuple[StepRep
         mine = g[(launch_ts >= cs) & (launch_ts < ce)]
         m_end = max(ce, ge)
         r_end = max(re_, int(end[mine].max())) if len(mine) else re_
-        out.append(StepReplay(int(step), ce - cs, re_ - rs, m_end - cs, r_end - rs))
+        out.append(StepReplay(int(step), ce - cs, re_ - rs, m_end - cs, r_end - rs, m_end, r_end))
     return tuple(out)
 
 

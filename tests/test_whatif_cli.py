@@ -1,0 +1,128 @@
+"""``traceadvisor whatif TRACE --apply ...`` (issue 12 item 4): scenarios as graph changes, on real traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from traceadvisor.trace.load import load_file
+from traceadvisor.whatif.replay import measured_replay
+
+TRACES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
+SYNC = TRACES / "pair_sync_before.json.gz"
+TF32 = TRACES / "pair_tf32_before.json.gz"
+NO_SYNC = TRACES / "clean_bf16_train.json.gz"
+# H100 SXM datasheet: 67 TFLOP/s fp32 (CUDA cores), 989.4 / 2 dense TF32 (roofline/gpus.py)
+H100_TF32_RATIO = (989 / 2) / 67
+
+
+def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "traceadvisor", "whatif", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _json(trace: Path, apply: str) -> dict[str, Any]:
+    p = _cli(trace, "--apply", apply, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    return dict(json.loads(p.stdout))
+
+
+def _by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in report["scenarios"]}
+
+
+def _measured_step_us(trace: Path) -> float:
+    """The measured step time: mean spacing of consecutive step ends."""
+    ends = [s.measured_end_ns for s in measured_replay(load_file(trace)).steps]
+    return float(np.mean(np.diff(ends))) / 1e3
+
+
+def test_no_sync_removes_the_step_syncs_and_saves_time() -> None:
+    s = _by_name(_json(SYNC, "no-sync"))["no-sync"]
+    # 12 cudaStreamSynchronize per step, 3 steps: each one removed, none outside the steps
+    assert s["changed"] == 36
+    assert s["answers"] == ["sync-point"]
+    # the unchanged replay reproduces this trace's steps exactly (docs/whatif.md), so 'before' is
+    # the measured step time (this one to the ns)
+    assert s["before_step_us"] == pytest.approx(_measured_step_us(SYNC), abs=1e-3)
+    # the profiled steps are host-bound (8.6 ms, 3.6 ms GPU busy): the syncs blocked ~70 µs per
+    # step, and a removed one still costs its return path; the saving is positive and below that
+    assert 5.0 < s["saving_per_step_us"] < 70.1
+    assert s["after_step_us"] == pytest.approx(s["before_step_us"] - s["saving_per_step_us"], abs=1e-6)
+
+
+def test_no_sync_saves_nothing_on_a_trace_without_syncs() -> None:
+    s = _by_name(_json(NO_SYNC, "no-sync"))["no-sync"]
+    assert s["changed"] == 0
+    assert s["saving_per_step_us"] == 0.0
+
+
+def test_tf32_scales_the_fp32_gemms_by_the_datasheet_ratio() -> None:
+    s = _by_name(_json(TF32, "tf32"))["tf32"]
+    assert s["answers"] == ["fp32-matmul"]
+    t = load_file(TF32)
+    gpu = t.gpu
+    named = gpu["name"].astype(str).str.contains("sgemm|gemmSN|gemv|_ffma_|f32f32_f32f32", case=False).to_numpy()
+    # the replay moves launched work only: kernels queued before the profiler's window keep their times
+    sgemm = named & (gpu["launch"].to_numpy() >= 0)
+    assert s["changed"] == int(sgemm.sum()) > 0
+    steps = len(t.steps.table)
+    fp32_us = float((gpu["end_ns"] - gpu["ts_ns"]).to_numpy()[sgemm].sum()) / 1e3 / steps
+    shorter = fp32_us * (1 - 1 / H100_TF32_RATIO)  # every fp32 GEMM µs becomes 1/ratio of it
+    # the loop is GPU-bound on these GEMMs (host 0.2-0.3 ms per step, GPU 5.3 ms): the step time
+    # shortens by what the GEMMs do, not by the growing spans of a host running steps ahead
+    assert s["before_step_us"] == pytest.approx(_measured_step_us(TF32), rel=1e-3)  # replay error <= 0.06%
+    assert s["saving_per_step_us"] == pytest.approx(shorter, rel=0.01)
+
+
+def test_combined_applies_both_and_lists_what_it_answers() -> None:
+    r = _json(TF32, "no-sync,tf32")
+    by = _by_name(r)
+    assert list(by) == ["no-sync", "tf32", "combined"]
+    assert by["combined"]["answers"] == ["sync-point", "fp32-matmul"]
+    # this trace has no syncs in its steps: the combination is the tf32 scenario
+    assert by["combined"]["after_step_us"] == pytest.approx(by["tf32"]["after_step_us"], abs=1e-6)
+    assert "PROFILED" in r["note"]
+
+
+def test_text_output_says_the_times_are_profiled() -> None:
+    p = _cli(SYNC, "--apply", "no-sync")
+    assert p.returncode == 0, p.stderr
+    assert "PROFILED step times" in p.stdout
+    line = next(x for x in p.stdout.splitlines() if x.strip().startswith("no-sync:"))
+    assert "answers: sync-point" in line and "36 changed" in line
+
+
+def test_unknown_scenario_is_one_line_and_exit_2() -> None:
+    p = _cli(SYNC, "--apply", "no-sync,warp-speed")
+    assert p.returncode == 2
+    assert p.stderr == "traceadvisor: error: unknown scenario 'warp-speed' (known: no-sync, tf32)\n"
+    assert p.stdout == ""
+
+
+def test_tf32_is_refused_without_gpu_peaks(tmp_path: Path) -> None:
+    d = json.loads(gzip.open(TF32).read())
+    d["deviceProperties"] = [{"id": 0, "name": "Mystery Accelerator"}]
+    unknown = tmp_path / "unknown_gpu.json.gz"
+    unknown.write_bytes(gzip.compress(json.dumps(d).encode()))
+    s = _by_name(_json(unknown, "tf32"))["tf32"]
+    assert s["refused"] is not None and "no GPU peaks" in s["refused"]
+    assert s["changed"] == 0 and s["saving_per_step_us"] == 0.0
+
+
+def test_a_missing_trace_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    p = _cli(tmp_path / "nope.json.gz", "--apply", "tf32")
+    assert p.returncode == 2
+    assert p.stderr.startswith("traceadvisor: error: ") and p.stderr.count("\n") == 1
+    assert "Traceback" not in p.stderr

@@ -1,0 +1,169 @@
+"""What-if scenarios: each a function (trace) -> Overrides of the replay (docs/whatif.md).
+
+A scenario changes the dependency graph the replay runs (``replay.Overrides``); its saving is the
+difference of the two replays' step spans. The spans are PROFILED step times: the profiler's own
+host cost is still in them (issue 12 item 2 will take it out).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from traceadvisor.roofline.view import of as roofline_of
+from traceadvisor.trace.cuda_api import BLOCKING_CALLS
+from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.replay import Overrides, Replay, measured_replay, replay
+
+# fp32 GEMM kernels that run on CUDA cores (the kernel families rules/pr101_fp32_matmul.py names:
+# cuBLAS/CUTLASS SIMT SGEMM, gemv, sm80 xmma "ffma" kernels, f32f32_f32f32); their TF32 variants
+# (f32f32_tf32f32, "tensorop") already use the tensor cores and are left alone.
+_FP32_KERNEL = re.compile(r"sgemm|gemmSN|gemv|_ffma_|f32f32_f32f32", re.IGNORECASE)
+
+
+class Refused(Exception):
+    """A scenario that cannot be applied to this trace, with the reason."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named graph change and the findings (rule names) it answers."""
+
+    name: str
+    answers: tuple[str, ...]
+    build: Callable[[Trace], Overrides]
+    describe: str
+
+
+def _steps_mask(trace: Trace, ts: np.ndarray) -> np.ndarray:
+    """Which host times lie inside a step's CPU window."""
+    t = trace.steps.table
+    inside = np.zeros(len(ts), dtype=bool)
+    for cs, ce in zip(t["cpu_start_ns"].tolist(), t["cpu_end_ns"].tolist(), strict=True):
+        inside |= (ts >= cs) & (ts < ce)
+    return inside
+
+
+def no_sync(trace: Trace) -> Overrides:
+    """Remove the blocking syncs inside steps: their host wait goes (the call costs its measured
+    return path only), the GPU work they waited for stays. Syncs outside the steps (the profiler's
+    final cudaDeviceSynchronize when it stops) are kept."""
+    rt = trace.runtime
+    blocking = rt["name"].astype(str).isin(BLOCKING_CALLS).to_numpy()
+    rows = np.flatnonzero(blocking & _steps_mask(trace, rt["ts_ns"].to_numpy()))
+    return Overrides(no_wait=frozenset(int(r) for r in rows))
+
+
+def tf32_ratio(trace: Trace) -> float:
+    """TF32 / fp32 FLOP/s of the trace's GPU (datasheet, or a measured profile or configuration,
+    as the roofline resolves them): how much faster an fp32 GEMM runs on the tensor cores."""
+    peaks = roofline_of(trace).peaks
+    if peaks is None:
+        raise Refused("no GPU peaks for this trace's device (see the roofline section): tf32 cannot be scaled")
+    fp32 = peaks.flops.get("fp32_matrix") or peaks.flops.get("fp32")
+    tf32 = peaks.flops.get("tf32")
+    if not fp32 or not tf32:
+        raise Refused(f"{peaks.model or peaks.device} has no TF32 tensor cores (sm80 and later have them)")
+    return tf32 / fp32
+
+
+def tf32(trace: Trace) -> Overrides:
+    """Scale the fp32 GEMM kernels' durations by fp32 / TF32 peak FLOP/s (an upper bound of the
+    saving: the kernels are taken as compute-bound at both rates)."""
+    ratio = tf32_ratio(trace)
+    gpu = trace.gpu
+    names = gpu["name"].astype(str)
+    rows = np.flatnonzero(names.str.contains(_FP32_KERNEL).to_numpy() & (gpu["launch"].to_numpy() >= 0))
+    dur = (gpu["end_ns"].to_numpy() - gpu["ts_ns"].to_numpy())[rows]
+    new = np.maximum(np.rint(dur / ratio).astype(np.int64), 1)
+    return Overrides(gpu_dur_ns={int(r): int(d) for r, d in zip(rows.tolist(), new.tolist(), strict=True)})
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "no-sync": Scenario("no-sync", ("sync-point",), no_sync, "blocking syncs inside the steps removed"),
+    "tf32": Scenario("tf32", ("fp32-matmul",), tf32, "fp32 GEMM kernels at the TF32 peak rate"),
+}
+
+
+def combine(parts: list[Overrides]) -> Overrides:
+    """One Overrides applying every scenario's changes (a GPU duration changed twice: the shorter)."""
+    dur: dict[int, int] = {}
+    for p in parts:
+        for r, d in p.gpu_dur_ns.items():
+            dur[r] = min(d, dur.get(r, d))
+    return Overrides(
+        gpu_dur_ns=dur,
+        no_wait=frozenset().union(*(p.no_wait for p in parts)),
+        no_event_wait=frozenset().union(*(p.no_event_wait for p in parts)),
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Predicted step time (profiled, ns: ``step_time_ns``) before and after one scenario or the combination."""
+
+    name: str
+    answers: tuple[str, ...]
+    before_ns: float
+    after_ns: float
+    changed: int  # graph elements changed (syncs removed, kernels rescaled)
+    refused: str | None = None
+
+    @property
+    def saving_ns(self) -> float:
+        return self.before_ns - self.after_ns
+
+
+def step_time_ns(r: Replay, measured: bool = False) -> float:
+    """The step time of a replay (ns): the mean spacing of consecutive step ends, NaN without steps.
+
+    Not the mean step span: when the loop is GPU-bound the host runs steps ahead (kernel launches
+    are asynchronous), so a step's span, from its CPU start to the end of its GPU work, includes
+    the GPU backlog of the steps before it and grows step after step (pair_tf32_before: 12.6, 17.6,
+    22.7 ms) while the loop completes a step every 5.3 ms. The spacing of the step ends is the rate
+    in both regimes (host-bound: the CPU windows). With one step, its span.
+    """
+    if not r.steps:
+        return float("nan")
+    ends = [s.measured_end_ns if measured else s.replayed_end_ns for s in r.steps]
+    if len(ends) == 1:
+        s0 = r.steps[0]
+        return float(s0.measured_span_ns if measured else s0.replayed_span_ns)
+    return (ends[-1] - ends[0]) / (len(ends) - 1)
+
+
+def parse(names: str) -> list[Scenario]:
+    """The scenarios a comma-separated list names; ValueError on an unknown one."""
+    out = []
+    for n in (x.strip() for x in names.split(",")):
+        if n not in SCENARIOS:
+            raise ValueError(f"unknown scenario {n!r} (known: {', '.join(SCENARIOS)})")
+        out.append(SCENARIOS[n])
+    return out
+
+
+def whatif(trace: Trace, scenarios: list[Scenario]) -> list[Outcome]:
+    """Each scenario's outcome, then (for more than one applied) the combination's."""
+    if not trace.steps.table.shape[0]:
+        raise Refused("the trace has no steps (ProfilerStep#N): a what-if predicts step time")
+    before = step_time_ns(measured_replay(trace))
+    out: list[Outcome] = []
+    applied: list[Overrides] = []
+    for s in scenarios:
+        try:
+            ov = s.build(trace)
+        except Refused as exc:
+            out.append(Outcome(s.name, s.answers, before, before, 0, refused=str(exc)))
+            continue
+        applied.append(ov)
+        after = step_time_ns(replay(trace, ov))
+        out.append(Outcome(s.name, s.answers, before, after, len(ov.gpu_dur_ns) + len(ov.no_wait)))
+    if len(applied) > 1:
+        ov = combine(applied)
+        answers = tuple(a for s, o in zip(scenarios, out, strict=True) if o.refused is None for a in s.answers)
+        after = step_time_ns(replay(trace, ov))
+        out.append(Outcome("combined", answers, before, after, len(ov.gpu_dur_ns) + len(ov.no_wait)))
+    return out
