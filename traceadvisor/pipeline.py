@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from traceadvisor import roofline
 from traceadvisor.config import Config, ConfigOrigin
 from traceadvisor.errors import raise_if_cancelled
-from traceadvisor.report.model import ConfigInfo, Report, TraceSummary
+from traceadvisor.report.model import ConfigInfo, MeasuredSteps, Report, TraceSummary
 from traceadvisor.trace.load import load
 from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
@@ -91,6 +91,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
         capture=dict(trace.meta.flags),
         warnings=tuple(trace.meta.warnings),
         replay_error_pct=replay_error_pct(trace),
+        measured_unprofiled_step_us=MeasuredSteps.of_key(trace.meta.traceadvisor),
     )
 
 

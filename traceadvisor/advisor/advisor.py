@@ -29,6 +29,7 @@ from traceadvisor.advisor.backend import Backend, Outcome, ProcessBackend, Threa
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import TensorBoardSink, log_report
 from traceadvisor.capture.export import export_chrome_json
+from traceadvisor.capture.unprofiled import UnprofiledSteps, now_ns, profiler_off, recorded_steps
 from traceadvisor.config import Config
 from traceadvisor.report.finding import Severity
 
@@ -74,6 +75,7 @@ class _Job:
     raw: Path | None
     keep: bool
     export_s: float | None
+    head: dict[str, Any] | None = None  # the trace's top-level "traceadvisor" key, added when compressed
 
 
 class Advisor:
@@ -178,6 +180,10 @@ class Advisor:
         self._closed = False
         self._warned: set[str] = set()
         self._hooked: tuple[weakref.ref[Any], Any, bool] | None = None
+        # Step times with the profiler off, written into each trace (docs/capture.md). Seen from the
+        # first cycle's end when the advisor wraps ``prof.step`` itself, from the first step under
+        # ``traceadvisor.profile()``.
+        self.unprofiled = UnprofiledSteps("advisor")
         atexit.register(self._at_exit)
 
     # -- the on_trace_ready entry point ---------------------------------------------------------
@@ -207,6 +213,7 @@ class Advisor:
             export_s = time.perf_counter() - t0
             step = getattr(prof, "step_num", None)
             job = _Job(next(_job_ids), self.cycles, rank, step, trace, raw, self.keep_traces, export_s)
+            job.head = self.unprofiled.key(recorded_steps(prof))
             self._submit(job, analyze=self.analyze)
         except OSError as exc:
             logger.warning(
@@ -242,6 +249,7 @@ class Advisor:
             "id": job.id,
             "trace": str(job.trace),
             "raw": str(job.raw) if job.raw is not None else None,
+            "head": job.head,
             "analyze": analyze,
             "keep": job.keep,
             "config": self.config,
@@ -456,10 +464,12 @@ class Advisor:
         me = weakref.ref(self)
 
         def step(*args: Any, **kwargs: Any) -> Any:
+            started, number, off = now_ns(), getattr(prof, "step_num", -1), profiler_off(prof)
             result = original(*args, **kwargs)
             advisor = me()
             if advisor is not None and not advisor.closed:
                 advisor.poll()
+                advisor.unprofiled.boundary(number, off, started, now_ns())
             return result
 
         prof.step = step

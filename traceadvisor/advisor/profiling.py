@@ -8,6 +8,7 @@ from typing import Any
 
 from traceadvisor.advisor.advisor import Advisor, logger
 from traceadvisor.advisor.report import AdvisorReport
+from traceadvisor.capture.unprofiled import now_ns, profiler_off
 
 DEFAULT_OUT_DIR = Path("traceadvisor-runs") / "advisor"
 
@@ -106,9 +107,12 @@ class AdvisedProfile:
 
     def step(self) -> None:
         """End a training iteration: advance the schedule, then deliver any report that is ready."""
+        started, number, off = now_ns(), self.profiler.step_num, profiler_off(self.profiler)
         self.profiler.step()
         self.steps += 1
         self.advisor.poll()
+        # After poll(): a report's callbacks are the advisor's time, not the program's step.
+        self.advisor.unprofiled.boundary(number, off, started, now_ns())
 
     @property
     def reports(self) -> list[AdvisorReport]:

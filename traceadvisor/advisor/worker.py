@@ -31,6 +31,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from traceadvisor.capture.unprofiled import with_key
+
 # zlib's default level: within a few percent of level 9's size at a fraction of its time. (torch's
 # own ``.gz`` export compresses at the gzip module's default, 9, on the training thread.)
 GZIP_LEVEL = 6
@@ -57,7 +59,7 @@ def run_job(job: dict[str, Any], cancel: threading.Event | None = None) -> dict[
         raw = job.get("raw")
         if raw is not None:
             t0 = time.perf_counter()
-            compress(Path(raw), trace, cancel)
+            compress(Path(raw), trace, cancel, job.get("head"))
             timings["compress_s"] = time.perf_counter() - t0
         if job.get("analyze", True):
             raise_if_cancelled(cancel)
@@ -77,8 +79,9 @@ def run_job(job: dict[str, Any], cancel: threading.Event | None = None) -> dict[
     return result
 
 
-def compress(raw: Path, final: Path, cancel: threading.Event | None = None) -> None:
-    """gzip ``raw`` into ``final`` atomically, then remove ``raw``.
+def compress(raw: Path, final: Path, cancel: threading.Event | None = None, head: dict[str, Any] | None = None) -> None:
+    """gzip ``raw`` into ``final`` atomically, then remove ``raw``; ``head``: the top-level
+    ``"traceadvisor"`` key to add (the unprofiled step times; spliced into the first chunk).
 
     The compressed bytes are built in memory (about a tenth of the JSON) and written through
     ``atomic.write_bytes``: a reader never sees a half-written ``.json.gz``. ``cancel`` is checked
@@ -89,9 +92,11 @@ def compress(raw: Path, final: Path, cancel: threading.Event | None = None) -> N
 
     buf = io.BytesIO()
     with raw.open("rb") as src, gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as gz:
+        first = True
         while chunk := src.read(_CHUNK):
             raise_if_cancelled(cancel)
-            gz.write(chunk)
+            gz.write(with_key(chunk, head) if first and head is not None else chunk)
+            first = False
     write_bytes(final, buf.getvalue())
     raw.unlink(missing_ok=True)
 

@@ -35,6 +35,7 @@ from traceadvisor.capture.options import CaptureOptions
 from traceadvisor.capture.runinfo import RunRecord, devices, now_iso, trace_file_name, versions
 from traceadvisor.capture.steps import StepClock, StepSource
 from traceadvisor.capture.target import Outcome, Program
+from traceadvisor.capture.unprofiled import UnprofiledSteps, now_ns, with_key
 from traceadvisor.capture.window import TimeWindow
 
 extra_contexts: list[Callable[[CaptureSession], AbstractContextManager[Any]]] = []
@@ -117,6 +118,8 @@ class CaptureSession:
         # A forked child of the program inherits this session; only this process may act on it.
         self._pid = os.getpid()
         self._recording_actions: tuple[Any, ...] = ()  # ProfilerAction.RECORD and RECORD_AND_SAVE
+        self._off_action: Any = None  # ProfilerAction.NONE: the profiler is not running in this step
+        self.unprofiled = UnprofiledSteps("capture")  # step times outside the active window
 
     # -- public state ----------------------------------------------------------------------------
     @property
@@ -143,6 +146,7 @@ class CaptureSession:
         from torch.profiler import ProfilerAction
 
         self._recording_actions = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+        self._off_action = ProfilerAction.NONE
         self.record.data["versions"] = versions()
         self._activities, self._experimental = self._profiler_settings(torch)
         self.record.data["activities"] = [str(a).rsplit(".", 1)[-1].lower() for a in self._activities]
@@ -241,12 +245,18 @@ class CaptureSession:
         try:
             if self._window is not None:
                 self._window.finish_early()
+            started, step, unprofiled = now_ns(), int(self._prof.step_num), self._step_unprofiled()
             self._prof.step()
+            self.unprofiled.boundary(step, unprofiled, started, now_ns())
             self._note_step()
         except Exception as exc:
             self._fail(f"the profiler failed at step {self.steps_seen}: {_one_line(exc)}")
         finally:
             self._busy = False
+
+    def _step_unprofiled(self) -> bool:
+        """Did the step now ending run with no profiler at all? (Warmup steps run it, and discard it.)"""
+        return self._window_prof is None and not self._prof_ended and self._prof.current_action == self._off_action
 
     def _note_step(self) -> None:
         if self._prof.current_action in self._recording_actions:
@@ -317,6 +327,7 @@ class CaptureSession:
         if os.getpid() != self._pid:
             return  # a forked child of the program ending: the parent owns the capture
         window.disarm()
+        self.unprofiled.forget_boundary()  # the step the run's end closes also holds what followed the loop
         self.clock.iteration_starting()
         window.close()
         self._stopping = True
@@ -355,7 +366,8 @@ class CaptureSession:
             return
         try:
             export_chrome_json(prof, tmp)
-            data = gzip.compress(tmp.read_bytes(), compresslevel=_GZIP_LEVEL, mtime=0)
+            body = with_key(tmp.read_bytes(), self.unprofiled.key(steps))
+            data = gzip.compress(body, compresslevel=_GZIP_LEVEL, mtime=0)
             write_bytes(path, data)
         except Exception as exc:
             self._lost_traces += 1
@@ -478,6 +490,7 @@ class CaptureSession:
             "markers": counts["marker"],
             "step_on_calls": counts["call"],
         }
+        self.record.data["unprofiled_steps"] = self.unprofiled.key([n for f in self.files for n in f.steps])
         try:
             self.record.data["devices"] = devices()
         except Exception as exc:

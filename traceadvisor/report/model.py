@@ -11,6 +11,7 @@ data that a renderer, the advisor or a test can build and read without pandas.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,10 @@ SCHEMA_VERSION = 1
 # A value the report passes on as the trace gave it (``deviceProperties`` entries are not
 # validated by the loader: a hostile trace may put any JSON value there).
 JsonValue = Any
+
+
+def _maybe_dict(item: Any) -> dict[str, Any] | None:
+    return item.to_dict() if item is not None else None
 
 
 def _dicts(items: tuple[Any, ...]) -> list[dict[str, Any]]:
@@ -378,6 +383,39 @@ class RooflineSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class MeasuredSteps:
+    """``traces[].measured_unprofiled_step_us``: step times measured outside the profiler's active
+    window (by ``capture`` or the in-loop advisor, docs/capture.md): their median and how many."""
+
+    median_us: float
+    count: int
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median_us": self.median_us, "count": self.count, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> MeasuredSteps | None:
+        if d is None:
+            return None
+        return cls(median_us=d["median_us"], count=d["count"], source=d["source"])
+
+    @classmethod
+    def of_key(cls, key: object) -> MeasuredSteps | None:
+        """From a trace's top-level ``"traceadvisor"`` value; None without usable step times."""
+        if not isinstance(key, Mapping):
+            return None
+        times = key.get("unprofiled_step_us")
+        if not isinstance(times, list):
+            return None
+        values = [float(t) for t in times if isinstance(t, int | float) and not isinstance(t, bool) and t > 0]
+        if not values:
+            return None
+        source = key.get("source")
+        return cls(median_us=statistics.median(values), count=len(values), source=str(source or "unknown"))
+
+
+@dataclass(frozen=True, slots=True)
 class TraceSummary:
     """``traces[]``: one trace's device, analysis window, GPU busy time, steps, top kernels, idle
     time by cause, roofline, annotations, capture flags and load warnings."""
@@ -404,6 +442,9 @@ class TraceSummary:
     # Max over steps of |replayed - measured| / measured step span, % (whatif/replay.py); None
     # without steps. How far a what-if saving computed by the replay can be trusted on this trace.
     replay_error_pct: float | None = None
+    # Step times measured with the profiler off (capture's skipped and wait steps; the trace's
+    # top-level "traceadvisor" key); None when the trace does not carry them.
+    measured_unprofiled_step_us: MeasuredSteps | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -427,6 +468,7 @@ class TraceSummary:
             "capture": dict(self.capture),
             "warnings": list(self.warnings),
             "replay_error_pct": self.replay_error_pct,
+            "measured_unprofiled_step_us": _maybe_dict(self.measured_unprofiled_step_us),
         }
 
     @classmethod
@@ -453,6 +495,7 @@ class TraceSummary:
             capture=dict(d["capture"]),
             warnings=tuple(d["warnings"]),
             replay_error_pct=d.get("replay_error_pct"),
+            measured_unprofiled_step_us=MeasuredSteps.from_dict(d.get("measured_unprofiled_step_us")),
         )
 
 

@@ -67,6 +67,8 @@ def _trace(t: TraceSummary) -> list[str]:
     out.append(f"- GPU busy: {t.gpu_busy_pct:.1f}% ({_ms(t.gpu_busy_us)}); {t.kernel_count} kernels")
     if t.replay_error_pct is not None:
         out.append(f"- replay: steps reproduced within {t.replay_error_pct:.2f}%")
+    if (m := t.measured_unprofiled_step_us) is not None:
+        out.append(f"- measured unprofiled step: {_ms(m.median_us)} (median of {m.count} steps, profiler off)")
     out += [f"- warning: {_text(w)}" for w in t.warnings[:ROW_LIMIT]]
     more = more_warnings_line(t.warnings)
     if more is not None:

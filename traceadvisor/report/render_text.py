@@ -93,6 +93,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
     )
     if t.replay_error_pct is not None:
         console.print(f"  replay: steps reproduced within {t.replay_error_pct:.2f}% (what-if savings rest on it)")
+    if (m := t.measured_unprofiled_step_us) is not None:
+        console.print(f"  measured unprofiled step: {_ms(m.median_us)} (median of {m.count} steps, profiler off)")
     for w in t.warnings[:ROW_LIMIT]:
         console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(w)}"))
     more = more_warnings_line(t.warnings)

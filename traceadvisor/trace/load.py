@@ -199,6 +199,7 @@ def _meta(path: Path, top: dict[str, Any], sink: ColumnSink, warnings: list[str]
         warnings=warnings,
         truncated=truncated,
         unknown_categories=dict(sink.other_categories),
+        traceadvisor=top.get("traceadvisor"),
     )
 
 

@@ -58,6 +58,9 @@ class TraceMeta:
     warnings: list[str] = field(default_factory=list)
     truncated: bool = False
     unknown_categories: dict[str, int] = field(default_factory=dict)
+    # The top-level "traceadvisor" key written by capture and the advisor (unprofiled step times;
+    # docs/capture.md), as the file gave it; None when absent.
+    traceadvisor: Any = None
 
 
 class Trace:
