@@ -107,7 +107,7 @@ def test_text_output_says_the_times_are_profiled() -> None:
 def test_unknown_scenario_is_one_line_and_exit_2() -> None:
     p = _cli(SYNC, "--apply", "no-sync,warp-speed")
     assert p.returncode == 2
-    assert p.stderr == "traceadvisor: error: unknown scenario 'warp-speed' (known: no-sync, tf32)\n"
+    assert p.stderr == "traceadvisor: error: unknown scenario 'warp-speed' (known: no-sync, tf32, pinned)\n"
     assert p.stdout == ""
 
 
@@ -126,3 +126,21 @@ def test_a_missing_trace_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert p.stderr.startswith("traceadvisor: error: ") and p.stderr.count("\n") == 1
     assert "Traceback" not in p.stderr
+
+
+def test_pinned_copies_at_the_pinned_rate_and_the_call_returns_at_once() -> None:
+    trace = TRACES / "pair_pinned_before.json.gz"
+    s = _by_name(_json(trace, "pinned"))["pinned"]
+    assert s["answers"] == ["pageable-copy"]
+    t = load_file(trace)
+    gpu = t.gpu
+    pageable = gpu["name"].astype(str).str.contains("Pageable", regex=False).to_numpy()
+    # 6 pageable HtoD copies, each launched by a cudaMemcpyAsync: 6 copy durations + 6 call durations
+    assert s["changed"] == 12 == 2 * int(pageable.sum())
+    # no pinned copy to measure and an sm_90 GPU: 50 GB/s assumed (as MC101), 50 bytes per ns
+    assert not gpu["name"].astype(str).str.contains("Pinned", regex=False).any()
+    copy_us = float(gpu["bytes"].to_numpy()[pageable].sum()) / 50.0 / 1e3 / len(t.steps.table)
+    # a step still moves its 67 MB, and the host no longer waits ~7.9 ms per step in the calls: the
+    # step falls from 8.6 ms to the copies plus the rest of the step's work
+    assert copy_us == pytest.approx(1342.177, abs=1e-3)
+    assert copy_us < s["after_step_us"] < 0.3 * s["before_step_us"]

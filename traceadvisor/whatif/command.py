@@ -1,4 +1,4 @@
-"""``traceadvisor whatif TRACE --apply no-sync,tf32``: predicted step time per scenario (docs/whatif.md)."""
+"""``traceadvisor whatif TRACE --apply no-sync,tf32,pinned``: predicted step time per scenario (docs/whatif.md)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def render_text(trace: str, outcomes: list[Outcome]) -> str:
 
 def whatif(
     trace: Annotated[Path, typer.Argument(help="One trace file (.json, .json.gz).")],
-    apply: Annotated[str, typer.Option("--apply", help="Scenarios, comma-separated: no-sync, tf32.")],
+    apply: Annotated[str, typer.Option("--apply", help="Scenarios, comma-separated: no-sync, tf32, pinned.")],
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
 ) -> None:
     """Predict the step time after fixes, by replaying the trace with its graph changed."""

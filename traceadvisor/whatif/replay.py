@@ -28,7 +28,7 @@ indexing costs more than the arithmetic): ~1 µs per record.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -56,12 +56,15 @@ class Overrides:
 
     ``gpu_dur_ns``: new durations of GPU records (gpu row -> ns); ``no_wait``: runtime rows of
     blocking calls that no longer wait (the sync is removed: the call costs its ``wake`` only);
-    ``no_event_wait``: gpu rows that no longer wait for other streams.
+    ``no_event_wait``: gpu rows that no longer wait for other streams; ``host_dur_ns``: new
+    durations of non-blocking runtime calls (runtime row -> ns): what follows the call on its
+    thread moves by the difference (a pageable cudaMemcpyAsync that returns at once when pinned).
     """
 
     gpu_dur_ns: Mapping[int, int] = field(default_factory=dict)
     no_wait: frozenset[int] = frozenset()
     no_event_wait: frozenset[int] = frozenset()
+    host_dur_ns: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,10 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
         new = np.fromiter(ov.gpu_dur_ns.values(), dtype=np.int64)
         dur[pos[pos >= 0]] = new[pos >= 0]
     calls = np.flatnonzero(is_blocking)
+    # a blocking call's duration is the replay's to compute: only non-blocking calls take an override
+    host = np.array(sorted(r for r in ov.host_dur_ns if not is_blocking[r]), dtype=np.int64)
+    ov = replace(ov, host_dur_ns={int(r): ov.host_dur_ns[int(r)] for r in host.tolist()})
+    calls = np.union1d(calls, host).astype(np.int64)
     _loop(trace, rows, lrow, keys, delay, dur, launch_ref, floor, waits, calls, ov, start, end, shifts)
 
 
@@ -337,7 +344,9 @@ def _loop(
     stream_arg = rt["stream_arg"].to_numpy()
     gpu_stream = trace.gpu["stream"].to_numpy()[rows].tolist()
     meas_end = trace.gpu["end_ns"].to_numpy()[rows].tolist()
-    own = np.isin(lrow, calls).tolist()  # launched by a blocking call (a synchronous copy)
+    host_dur = dict(ov.host_dur_ns)
+    # launched by a blocking call (a synchronous copy); calls with a host override are not blocking
+    own = (np.isin(lrow, calls) & ~np.isin(lrow, np.fromiter(host_dur, dtype=np.int64))).tolist()
     # merged schedule: (time, 0, i) for GPU record i, (time, 1, call row) for blocking calls
     ev_t = np.concatenate((rt_ts[lrow], rt_ts[calls]))
     ev_kind = np.concatenate((np.zeros(len(rows), np.int8), np.ones(len(calls), np.int8)))
@@ -397,6 +406,10 @@ def _loop(
         th = thread_ix_l[c]
         sh = shift[th]
         c0, c1 = call_ts[c], call_end[c]
+        if c in host_dur:  # a shortened (or lengthened) host call: what follows it on its thread moves
+            shift[th] = sh + host_dur[c] - (c1 - c0)
+            shifts.add((int(pid[c]), int(tid[c])), c1, shift[th])
+            continue
         awaited, awaited_meas = _awaited(
             names.get(int(codes[c]), ""),
             int(stream_arg[c]),

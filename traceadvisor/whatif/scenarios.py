@@ -82,20 +82,69 @@ def tf32(trace: Trace) -> Overrides:
     return Overrides(gpu_dur_ns={int(r): int(d) for r, d in zip(rows.tolist(), new.tolist(), strict=True)})
 
 
+# Pinned host-to-device / device-to-host rates (bytes/ns = GB/s) the pageable-copy rule (MC101)
+# assumes: 0.8 x the pinned copies measured in the trace where it has some of at least 1 MiB, else
+# ~50 GB/s on sm_90+ (PCIe 5.0 x16 measured) and ~20 GB/s before (PCIe 4.0 x16, ~25 GB/s peak).
+PINNED_MEASURED_FACTOR = 0.8
+PINNED_GBPS_PCIE5, PINNED_GBPS_PCIE4 = 50.0, 20.0
+
+
+def pinned_rate(trace: Trace) -> float:
+    """Bytes per ns a pageable copy would reach from pinned memory on this trace's machine."""
+    gpu = trace.gpu
+    names = gpu["name"].astype(str)
+    pinned = names.str.contains("Pinned", regex=False).to_numpy() & (gpu["bytes"].fillna(0).to_numpy() >= 1 << 20)
+    if pinned.any():
+        dur = float((gpu["end_ns"] - gpu["ts_ns"]).to_numpy()[pinned].sum())
+        return PINNED_MEASURED_FACTOR * float(gpu["bytes"].to_numpy()[pinned].sum()) / dur
+    props = trace.device_properties() or {}
+    return PINNED_GBPS_PCIE5 if int(props.get("computeMajor", 0) or 0) >= 9 else PINNED_GBPS_PCIE4
+
+
+def pinned(trace: Trace) -> Overrides:
+    """Pageable copies from pinned memory: each copy takes its bytes at the pinned rate (never longer
+    than measured), and its cudaMemcpyAsync returns at once. From pageable memory the driver stages
+    the data through a pinned bounce buffer and the call returns only once it has (CUDA runtime API,
+    "API synchronization behavior"); from pinned memory the call only enqueues the DMA, so it costs
+    what the trace's median cudaLaunchKernel costs. A synchronous cudaMemcpy stays blocking: it
+    waits for its shorter copy."""
+    gpu, rt = trace.gpu, trace.runtime
+    launch = gpu["launch"].to_numpy()
+    rows = np.flatnonzero(gpu["name"].astype(str).str.contains("Pageable", regex=False).to_numpy() & (launch >= 0))
+    if not len(rows):
+        return Overrides()
+    dur = (gpu["end_ns"] - gpu["ts_ns"]).to_numpy()[rows]
+    need = np.rint(gpu["bytes"].fillna(0).to_numpy()[rows] / pinned_rate(trace)).astype(np.int64)
+    new = np.maximum(np.minimum(need, dur), 1)
+    names = rt["name"].astype(str)
+    enqueue = (rt["end_ns"] - rt["ts_ns"]).to_numpy()[(names == "cudaLaunchKernel").to_numpy()]
+    cost = int(np.median(enqueue)) if len(enqueue) else 0
+    calls = {int(c) for c in launch[rows].tolist() if names.iat[int(c)].endswith("MemcpyAsync")}
+    return Overrides(
+        gpu_dur_ns={int(r): int(d) for r, d in zip(rows.tolist(), new.tolist(), strict=True)},
+        host_dur_ns={c: min(cost, int(rt["end_ns"].iat[c] - rt["ts_ns"].iat[c])) for c in calls},
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     "no-sync": Scenario("no-sync", ("sync-point",), no_sync, "blocking syncs inside the steps removed"),
     "tf32": Scenario("tf32", ("fp32-matmul",), tf32, "fp32 GEMM kernels at the TF32 peak rate"),
+    "pinned": Scenario("pinned", ("pageable-copy",), pinned, "pageable copies from pinned memory"),
 }
 
 
 def combine(parts: list[Overrides]) -> Overrides:
     """One Overrides applying every scenario's changes (a GPU duration changed twice: the shorter)."""
     dur: dict[int, int] = {}
+    host: dict[int, int] = {}
     for p in parts:
         for r, d in p.gpu_dur_ns.items():
             dur[r] = min(d, dur.get(r, d))
+        for r, d in p.host_dur_ns.items():
+            host[r] = min(d, host.get(r, d))
     return Overrides(
         gpu_dur_ns=dur,
+        host_dur_ns=host,
         no_wait=frozenset().union(*(p.no_wait for p in parts)),
         no_event_wait=frozenset().union(*(p.no_event_wait for p in parts)),
     )
@@ -135,6 +184,11 @@ def step_time_ns(r: Replay, measured: bool = False) -> float:
     return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
+def _changed(ov: Overrides) -> int:
+    """Graph elements a scenario changed (GPU durations, removed waits, host call durations)."""
+    return len(ov.gpu_dur_ns) + len(ov.no_wait) + len(ov.no_event_wait) + len(ov.host_dur_ns)
+
+
 def parse(names: str) -> list[Scenario]:
     """The scenarios a comma-separated list names; ValueError on an unknown one."""
     out = []
@@ -160,10 +214,10 @@ def whatif(trace: Trace, scenarios: list[Scenario]) -> list[Outcome]:
             continue
         applied.append(ov)
         after = step_time_ns(replay(trace, ov))
-        out.append(Outcome(s.name, s.answers, before, after, len(ov.gpu_dur_ns) + len(ov.no_wait)))
+        out.append(Outcome(s.name, s.answers, before, after, _changed(ov)))
     if len(applied) > 1:
         ov = combine(applied)
         answers = tuple(a for s, o in zip(scenarios, out, strict=True) if o.refused is None for a in s.answers)
         after = step_time_ns(replay(trace, ov))
-        out.append(Outcome("combined", answers, before, after, len(ov.gpu_dur_ns) + len(ov.no_wait)))
+        out.append(Outcome("combined", answers, before, after, _changed(ov)))
     return out
