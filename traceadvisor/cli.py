@@ -32,7 +32,7 @@ TOOL_COMMANDS: dict[str, tuple[str, str, str]] = {
     "capture": ("traceadvisor.capture.command", "capture", "COMMAND_SETTINGS"),
     "workloads": ("traceadvisor.workloads.command", "workloads", ""),
     "calibrate": ("traceadvisor.calibrate", "calibrate", ""),
-    "whatif": ("traceadvisor.whatif.command", "whatif", ""),
+    "whatif": ("traceadvisor.whatif_command", "whatif", ""),
 }
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from traceadvisor.console import fail
 from traceadvisor.errors import TraceError
-from traceadvisor.report.safe_text import one_line
 from traceadvisor.whatif.scenarios import Outcome, Refused, parse
 from traceadvisor.whatif.scenarios import whatif as run_whatif
 
@@ -20,15 +19,6 @@ PROFILED_NOTE = (
     "Step times are PROFILED step times (replayed, mean spacing of the step ends): the profiler's "
     "own cost is still in them (issue 12 item 2 will take it out)."
 )
-
-
-EXIT_BAD_INPUT = 2  # console.EXIT_BAD_INPUT: console imports the pipeline, a layer above this one
-
-
-def fail(message: object) -> typer.Exit:
-    """The ``traceadvisor: error:`` line (as ``console.fail``); the exit for the caller to raise."""
-    sys.stderr.write(f"traceadvisor: error: {one_line(message)}\n")
-    return typer.Exit(code=EXIT_BAD_INPUT)
 
 
 class Format(StrEnum):
