@@ -9,6 +9,9 @@ import numpy as np
 import pandas as pd
 
 from traceadvisor.rules_api import (
+    PINNED_GBPS_PCIE4,
+    PINNED_GBPS_PCIE5,
+    PINNED_MEASURED_FACTOR,
     Capability,
     Finding,
     Location,
@@ -21,6 +24,7 @@ from traceadvisor.rules_api import (
     fmt_us,
     in_steps,
     launch_location,
+    pinned_rate,
     us,
     worth_reporting,
 )
@@ -35,9 +39,9 @@ RECOMMENDATION = (
 
 @dataclass(frozen=True)
 class Options:
-    pinned_gbps_pcie4: float = 20.0  # pinned H2D rate assumed before sm_90 (PCIe 4.0 x16, ~25 GB/s peak)
-    pinned_gbps_pcie5: float = 50.0  # pinned H2D rate assumed on sm_90+ (PCIe 5.0 x16, ~50 GB/s measured)
-    measured_factor: float = 0.8  # share of the pinned rate measured in the trace that is assumed reachable
+    pinned_gbps_pcie4: float = PINNED_GBPS_PCIE4  # pinned H2D rate assumed before sm_90 (PCIe 4.0 x16, ~25 GB/s peak)
+    pinned_gbps_pcie5: float = PINNED_GBPS_PCIE5  # pinned H2D rate assumed on sm_90+ (PCIe 5.0 x16, ~50 GB/s measured)
+    measured_factor: float = PINNED_MEASURED_FACTOR  # share of the measured pinned rate assumed reachable
     min_impact_pct: float = 0.5  # report only when the estimated saving is at least this share of the steps
 
 
@@ -88,7 +92,7 @@ class PageableCopy(Rule[Options]):
         sync_calls = in_steps(trace, rt[category_mask(rt["name"], lambda n: n.isin(SYNC_COPY_CALLS))])
         if not len(pageable) and not len(sync_calls):
             return
-        rate, rate_basis = _pinned_rate(trace, copies, opts)
+        rate, rate_basis = pinned_rate(trace, opts.measured_factor, opts.pinned_gbps_pcie5, opts.pinned_gbps_pcie4)
         need = pageable["bytes"].fillna(0).to_numpy() / rate
         copy_excess = float(np.maximum(pageable["dur_ns"].to_numpy() - need, 0.0).sum())
         blocked = _blocked_ns(trace, sync_calls)
@@ -117,19 +121,6 @@ class PageableCopy(Rule[Options]):
                 "blocked_us": us(blocked),
             },
         )
-
-
-def _pinned_rate(trace: Trace, copies: pd.DataFrame, opts: Options) -> tuple[float, str]:
-    """The pinned copy rate (bytes/ns = GB/s) a pageable copy would reach, and how it was found:
-    measured on this trace's large pinned copies when there are some, else assumed by GPU generation."""
-    is_pinned = category_mask(copies["name"], lambda n: n.str.contains("Pinned", regex=False))
-    pinned = copies[is_pinned & (copies["bytes"] >= 1 << 20)]
-    if len(pinned):
-        rate = opts.measured_factor * float(pinned["bytes"].sum()) / float(pinned["dur_ns"].sum())  # bytes/ns
-        return rate, f"{opts.measured_factor:.1f} × pinned copies measured in this trace ({rate:.1f} GB/s)"
-    props = trace.device_properties() or {}
-    gbps = opts.pinned_gbps_pcie5 if int(props.get("computeMajor", 0) or 0) >= 9 else opts.pinned_gbps_pcie4
-    return gbps, f"{gbps:.0f} GB/s assumed pinned rate"
 
 
 def _blocked_ns(trace: Trace, sync_calls: pd.DataFrame) -> float:

@@ -144,3 +144,15 @@ def test_pinned_copies_at_the_pinned_rate_and_the_call_returns_at_once() -> None
     # step falls from 8.6 ms to the copies plus the rest of the step's work
     assert copy_us == pytest.approx(1342.177, abs=1e-3)
     assert copy_us < s["after_step_us"] < 0.3 * s["before_step_us"]
+
+
+def test_the_pinned_scenario_and_the_pageable_copy_rule_use_one_rate() -> None:
+    """The scenario predicts with the rate MC101 reports (analyses/copies.pinned_rate), so the two
+    cannot drift apart: the rule's finding names the same GB/s."""
+    from traceadvisor import analyze
+    from traceadvisor.analyses.copies import pinned_rate
+
+    trace_path = TRACES / "pair_pinned_before.json.gz"
+    rate, _ = pinned_rate(load_file(trace_path))
+    found = [f for f in analyze([trace_path]).findings if f.code == "MC101"]
+    assert found and found[0].data["pinned_gbps"] == rate

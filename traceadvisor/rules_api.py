@@ -15,6 +15,7 @@ keeps its name and meaning across releases; the modules behind it may move.
 """
 
 from traceadvisor.analyses.communication import communication_kernels
+from traceadvisor.analyses.copies import PINNED_GBPS_PCIE4, PINNED_GBPS_PCIE5, PINNED_MEASURED_FACTOR, pinned_rate
 from traceadvisor.analyses.idle import (
     GRAPH_LAUNCHES,
     MULTI_TENSOR_MARKS,
@@ -74,6 +75,9 @@ __all__ = [
     "LATENCY_FLOOR_NS",
     "MAX_INPUT_LINKS",
     "MULTI_TENSOR_MARKS",
+    "PINNED_GBPS_PCIE4",
+    "PINNED_GBPS_PCIE5",
+    "PINNED_MEASURED_FACTOR",
     "PROFILER_EVENT_COST_NS",
     "PROFILER_EVENT_US",
     "Capability",
@@ -109,6 +113,7 @@ __all__ = [
     "op_work",
     "parse_raw",
     "pct",
+    "pinned_rate",
     "plural",
     "recoverable_ns",
     "recoverable_per_gap",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
@@ -82,25 +83,6 @@ def tf32(trace: Trace) -> Overrides:
     return Overrides(gpu_dur_ns={int(r): int(d) for r, d in zip(rows.tolist(), new.tolist(), strict=True)})
 
 
-# Pinned host-to-device / device-to-host rates (bytes/ns = GB/s) the pageable-copy rule (MC101)
-# assumes: 0.8 x the pinned copies measured in the trace where it has some of at least 1 MiB, else
-# ~50 GB/s on sm_90+ (PCIe 5.0 x16 measured) and ~20 GB/s before (PCIe 4.0 x16, ~25 GB/s peak).
-PINNED_MEASURED_FACTOR = 0.8
-PINNED_GBPS_PCIE5, PINNED_GBPS_PCIE4 = 50.0, 20.0
-
-
-def pinned_rate(trace: Trace) -> float:
-    """Bytes per ns a pageable copy would reach from pinned memory on this trace's machine."""
-    gpu = trace.gpu
-    names = gpu["name"].astype(str)
-    pinned = names.str.contains("Pinned", regex=False).to_numpy() & (gpu["bytes"].fillna(0).to_numpy() >= 1 << 20)
-    if pinned.any():
-        dur = float((gpu["end_ns"] - gpu["ts_ns"]).to_numpy()[pinned].sum())
-        return PINNED_MEASURED_FACTOR * float(gpu["bytes"].to_numpy()[pinned].sum()) / dur
-    props = trace.device_properties() or {}
-    return PINNED_GBPS_PCIE5 if int(props.get("computeMajor", 0) or 0) >= 9 else PINNED_GBPS_PCIE4
-
-
 def pinned(trace: Trace) -> Overrides:
     """Pageable copies from pinned memory: each copy takes its bytes at the pinned rate (never longer
     than measured), and its cudaMemcpyAsync returns at once. From pageable memory the driver stages
@@ -114,7 +96,7 @@ def pinned(trace: Trace) -> Overrides:
     if not len(rows):
         return Overrides()
     dur = (gpu["end_ns"] - gpu["ts_ns"]).to_numpy()[rows]
-    need = np.rint(gpu["bytes"].fillna(0).to_numpy()[rows] / pinned_rate(trace)).astype(np.int64)
+    need = np.rint(gpu["bytes"].fillna(0).to_numpy()[rows] / pinned_rate(trace)[0]).astype(np.int64)
     new = np.maximum(np.minimum(need, dur), 1)
     names = rt["name"].astype(str)
     enqueue = (rt["end_ns"] - rt["ts_ns"]).to_numpy()[(names == "cudaLaunchKernel").to_numpy()]
