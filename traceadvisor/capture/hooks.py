@@ -22,6 +22,8 @@ class TorchStepHooks:
         self._clock = clock
         self._thread = threading.get_ident()
         self._optimizer_handles: list[Any] = []
+        self._pre_handle: Any = None
+        self._drop_pre_hook = False
         self._forward_hooks: Any = None  # torch's dict of global forward pre-hooks
         self._forward_id: int | None = None
         self._patches: list[tuple[type, str, Callable[..., Any], Callable[..., Any]]] = []
@@ -32,10 +34,9 @@ class TorchStepHooks:
         """Global optimizer pre/post hooks, and wrappers of ``GradScaler.update`` and DataLoader ``__next__``."""
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        self._optimizer_handles = [
-            register_optimizer_step_post_hook(self._after_optimizer_step),
-            register_optimizer_step_pre_hook(self._before_optimizer_step),
-        ]
+        post = register_optimizer_step_post_hook(self._after_optimizer_step)
+        self._pre_handle = register_optimizer_step_pre_hook(self._before_optimizer_step)
+        self._optimizer_handles = [post, self._pre_handle]
         self._patch_grad_scaler()
         self._patch_data_loader()
 
@@ -44,9 +45,30 @@ class TorchStepHooks:
         self._arm_forward(False)
         self._forward_hooks = None
 
+    def keep_step_clock_only(self) -> None:
+        """After the last profiling window: steps are taken where they end, and only what counts them stays.
+
+        Deferring a step to the next iteration's start (the forward pre-hook armed once per step,
+        which takes that step's first ``Module.__call__`` off its fast path; the DataLoader
+        ``__next__`` wrapper; the optimizer pre-hook) only keeps ``ProfilerStep`` boundaries out of the
+        ``Optimizer.step`` annotation in a trace; with no trace to come those go, and a step is taken
+        at once, in the optimizer post-hook (or the ``GradScaler.update`` of a skipped step), which
+        stay: they count the steps and time them for ``run.json``, one Python call each per iteration.
+        """
+        self._clock.on_pending = self._take_at_once
+        self._arm_forward(False)
+        self._forward_hooks = None
+        self._unpatch("__next__")
+        # Not removed here: this may run inside the pre-hook itself, and ``Optimizer.step`` iterates
+        # the pre-hook dict while calling them (removing an entry would raise there). The next
+        # post-hook removes it.
+        self._drop_pre_hook = True
+
     # -- hooks ---------------------------------------------------------------------------------------
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if threading.get_ident() == self._thread:
+            if self._drop_pre_hook:
+                self._remove_pre_hook()
             self._clock.optimizer_stepped(id(optimizer))
         else:
             self._clock.off_thread("optimizer")
@@ -86,10 +108,22 @@ class TorchStepHooks:
         else:
             self._forward_hooks.pop(self._forward_id, None)
 
+    def _remove_pre_hook(self) -> None:
+        self._drop_pre_hook = False
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
+            self._optimizer_handles.remove(self._pre_handle)
+            self._pre_handle = None
+
+    def _take_at_once(self, pending: bool) -> None:
+        if pending:
+            self._clock.iteration_starting()
+
     def _remove_optimizer_hooks(self) -> None:
         for handle in self._optimizer_handles:
             handle.remove()
         self._optimizer_handles = []
+        self._pre_handle = None
         for cls, name, original, wrapper in reversed(self._patches):
             if cls.__dict__.get(name) is wrapper:  # not replaced by someone else meanwhile
                 setattr(cls, name, original)
@@ -151,3 +185,10 @@ class TorchStepHooks:
     def _patch(self, cls: type, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
         setattr(cls, name, wrapper)
         self._patches.append((cls, name, original, wrapper))
+
+    def _unpatch(self, name: str) -> None:
+        """Put back the original of every patched method called ``name`` (unless replaced meanwhile)."""
+        for cls, attr, original, wrapper in [p for p in self._patches if p[1] == name]:
+            if cls.__dict__.get(attr) is wrapper:
+                setattr(cls, attr, original)
+        self._patches = [p for p in self._patches if p[1] != name]

@@ -4,7 +4,8 @@ Hook points for other capture features (for example recording Triton launches):
 
 - ``extra_contexts``: factories called with the session when a capture starts; each returns a
   context manager entered before the profiler starts and exited after it stopped (after the last
-  trace was written). Inside ``__enter__`` a factory may read ``session.out_dir``, ``session.rank``
+  trace was written: right after the schedule's last window, when no other can come, else at the
+  end of the run). Inside ``__enter__`` a factory may read ``session.out_dir``, ``session.rank``
   and ``session.recording`` (True while a cycle or the time window records), and append callbacks to
   ``session.trace_listeners``.
 - ``session.trace_listeners``: callbacks ``(session, TraceFile) -> None`` run after each trace file is
@@ -112,6 +113,12 @@ class CaptureSession:
         self._stepped_aside = False  # the program started its own profiler: capture is out of its way
         self._prof_started = False
         self._prof_ended = False  # capture's profiler was stopped (by stepping aside or at the end)
+        # The schedule's last window is written: the profiler is exited and capture is out of the way;
+        # steps are still counted and timed (run.json), by the count below instead of prof.step_num.
+        self._windows_over = False
+        self._steps_after_windows = 0
+        self._contexts: ExitStack | None = None
+        self._watch: ForeignProfilerWatch | None = None
         self._hooks: TorchStepHooks | None = None
         self._t0 = time.monotonic()
         self._thread = threading.get_ident()  # the program's thread: only its markers count
@@ -133,7 +140,7 @@ class CaptureSession:
 
     @property
     def steps_seen(self) -> int:
-        return int(self._prof.step_num) if self._prof is not None else 0
+        return int(self._prof.step_num) + self._steps_after_windows if self._prof is not None else 0
 
     def warn(self, message: str) -> None:
         """A warning for stderr (printed at the end) and ``run.json``."""
@@ -156,7 +163,7 @@ class CaptureSession:
         hooks = self._hooks = TorchStepHooks(self.clock)
         if self.clock.source is StepSource.optimizer:
             hooks.install_optimizer_hooks()
-        watch = ForeignProfilerWatch(is_ours=self._ours, on_foreign=self._step_aside)
+        watch = self._watch = ForeignProfilerWatch(is_ours=self._ours, on_foreign=self._step_aside)
         watch.install()
         window = self._window = TimeWindow(
             self.options.window_delay_s,
@@ -169,6 +176,7 @@ class CaptureSession:
         marker.set_handler(self._marker)
         try:
             with ExitStack() as contexts:
+                self._contexts = contexts
                 for factory in list(extra_contexts):
                     try:
                         contexts.enter_context(factory(self))
@@ -237,6 +245,9 @@ class CaptureSession:
         """``prof.step()``: the clock says a step ended. Never lets a profiler failure into the program."""
         if self._prof is None or self._failed or os.getpid() != self._pid:
             return
+        if self._windows_over:
+            self._count_step()
+            return
         if self._window_prof is None and not self._kineto_ours() and foreign_profiler_active():
             # Enabled behind the watch's back (a direct torch._C call): the same step aside.
             self._step_aside()
@@ -247,12 +258,67 @@ class CaptureSession:
                 self._window.finish_early()
             started, step, unprofiled = now_ns(), int(self._prof.step_num), self._step_unprofiled()
             self._prof.step()
+            last_window_done = self._schedule_done()
+            if last_window_done:
+                self._stand_down()
             self.unprofiled.boundary(step, unprofiled, started, now_ns())
+            if last_window_done and self.clock.source is StepSource.optimizer:
+                self.unprofiled.forget_boundary()  # see _count_step
             self._note_step()
         except Exception as exc:
             self._fail(f"the profiler failed at step {self.steps_seen}: {_one_line(exc)}")
         finally:
             self._busy = False
+
+    def _schedule_done(self) -> bool:
+        """Has the schedule recorded its last cycle (``--repeat N``, N > 0)? Then it returns
+        ``ProfilerAction.NONE`` for every later step: no further window can come."""
+        repeat = self.options.schedule.repeat
+        return repeat > 0 and self._cycles >= repeat and not self._prof_ended and self._window_prof is None
+
+    def _stand_down(self) -> None:
+        """After the last window: exit the profiler and take out everything capture installed, but the
+        step clock that run.json's unprofiled step times need.
+
+        A profiler left in its schedule's NONE state still opens and closes a ``ProfilerStep#N``
+        ``record_function`` in every ``prof.step()`` (a dispatcher op, ~7 µs on this repository's CPU
+        machine), and under CUDA kineto keeps CUPTI attached until the profiler object's session ends
+        (pytorch/pytorch#144455; CUPTI is finalised only with ``TEARDOWN_CUPTI=1``, which torch turns
+        off where Inductor's CUDA graphs run). Triton launch hooks make Triton build launch metadata for
+        every launch. None of it records anything any more. ``__exit__``, not ``stop()``: see ``_finish``.
+        """
+        self._windows_over = True
+        if self._hooks is not None and self.clock.source is StepSource.optimizer:
+            self._hooks.keep_step_clock_only()
+        if self._watch is not None:
+            self._watch.remove()  # kineto is free now: the program may start its own profiler
+        if self._window is not None and threading.current_thread() is threading.main_thread():
+            self._window.disarm()  # SIGALRM back to the program
+        self._prof_ended = True
+        try:
+            _exit(self._prof)
+        finally:
+            if self._contexts is not None:
+                # The extensions' contract: exited after the profiler stopped and the last trace was written.
+                try:
+                    self._contexts.close()
+                except Exception as exc:
+                    self.warn(f"a capture extension did not stop cleanly after the last window: {_one_line(exc)}")
+
+    def _count_step(self) -> None:
+        """A step after the last window: counted and timed (one ``perf_counter_ns`` read), nothing else.
+
+        From the optimizer hooks a step is now taken at the optimizer step that ends it, no longer at
+        the start of the next iteration (``TorchStepHooks.keep_step_clock_only``): the time between two
+        of them is still one iteration, and it is recorded under the number it had before, the step
+        that began at the earlier one. So the first such boundary only starts the clock
+        (``_advance`` forgot the last), and the run's end still closes (untimed) the last step.
+        Markers and ``--step-on`` calls are taken where they always were.
+        """
+        now = now_ns()
+        step = self.steps_seen - (1 if self.clock.source is StepSource.optimizer else 0)
+        self._steps_after_windows += 1
+        self.unprofiled.boundary(step, True, now, now)
 
     def _step_unprofiled(self) -> bool:
         """Did the step now ending run with no profiler at all? (Warmup steps run it, and discard it.)"""
