@@ -159,14 +159,30 @@ class Rule(Generic[O]):
         recommendation: str,
         impact_ns: float | None = None,
         basis: str = "",
+        per_step: tuple[str, float, float] | None = None,
         evidence: Iterable[Evidence] = (),
         location: Location | None = None,
         data: Mapping[str, Any] | None = None,
         severity: Severity | None = None,
     ) -> Finding:
-        """A finding with code and name filled in and severity derived from the impact."""
+        """A finding with code and name filled in and severity derived from the impact.
+
+        ``per_step``: (scenario, saving per step ns, predicted unprofiled step ns) from a what-if
+        replay (``rule_helpers.replayed``): the impact is the replay difference, its share that over
+        the predicted unprofiled step; ``impact_ns`` is then ignored."""
         impact = None
-        if impact_ns is not None:
+        if per_step is not None:
+            scenario, saving_ns, step_ns = per_step
+            steps = max(1, len(trace.steps.table))
+            share = 100.0 * saving_ns / step_ns if step_ns > 0 else 0.0
+            impact = Impact(
+                time_us=saving_ns * steps / 1000.0,
+                share_pct=share,
+                basis=basis,
+                saving_per_step_us=saving_ns / 1000.0,
+                scenario=scenario,
+            )
+        elif impact_ns is not None:
             window = trace.analysed_ns
             share = 100.0 * impact_ns / window if window > 0 else 0.0
             impact = Impact(time_us=float(impact_ns) / 1000.0, share_pct=share, basis=basis)

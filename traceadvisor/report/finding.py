@@ -50,11 +50,18 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class Impact:
-    """Estimated recoverable time, its share of the analysed step time, and how it was computed."""
+    """Estimated recoverable time, its share of the step time, and how it was computed.
+
+    From a what-if replay (``scenario`` set): ``saving_per_step_us`` is the predicted unprofiled
+    step before the fix minus after it, ``share_pct`` that over the predicted unprofiled step, and
+    ``time_us`` the saving over the analysed steps. Otherwise (a rule's own estimate) ``time_us`` is
+    over the analysed steps and ``share_pct`` its share of their profiled time."""
 
     time_us: float
     share_pct: float
     basis: str
+    saving_per_step_us: float | None = None
+    scenario: str | None = None
 
 
 # What a location's line is. ``exact``: the line itself (a rule or a capture that knows it). From

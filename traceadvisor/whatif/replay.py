@@ -38,6 +38,7 @@ from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 from traceadvisor.trace.steps import name_codes
+from traceadvisor.whatif.host_time import HostTimeMap, thread_key
 
 I64 = npt.NDArray[np.int64]
 
@@ -58,13 +59,19 @@ class Overrides:
     blocking calls that no longer wait (the sync is removed: the call costs its ``wake`` only);
     ``no_event_wait``: gpu rows that no longer wait for other streams; ``host_dur_ns``: new
     durations of non-blocking runtime calls (runtime row -> ns): what follows the call on its
-    thread moves by the difference (a pageable cudaMemcpyAsync that returns at once when pinned).
+    thread moves by the difference (a pageable cudaMemcpyAsync that returns at once when pinned);
+    ``host_removed``: host time taken out per thread (the profiler's own cost, a region replayed
+    from a CUDA graph): every host time moves earlier by what was removed before it;
+    ``gpu_delay_ns``: new release delays of GPU records (gpu row -> ns between the moment the record
+    could start and its start: the gap between nodes of a CUDA graph instead of a launch latency).
     """
 
     gpu_dur_ns: Mapping[int, int] = field(default_factory=dict)
     no_wait: frozenset[int] = frozenset()
     no_event_wait: frozenset[int] = frozenset()
     host_dur_ns: Mapping[int, int] = field(default_factory=dict)
+    host_removed: HostTimeMap = field(default_factory=HostTimeMap)
+    gpu_delay_ns: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ def replay(trace: Trace, overrides: Overrides | None = None) -> Replay:
     shifts = _Shifts()
     if len(launched):
         _simulate(trace, launched, ov, start, end, shifts)
-    return Replay(start, end, _steps(trace, start, end, shifts))
+    return Replay(start, end, _steps(trace, start, end, shifts, ov.host_removed))
 
 
 def _stream_keys(gpu: pd.DataFrame, rows: I64) -> I64:
@@ -285,6 +292,10 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
     dev = gpu["device"].to_numpy()[rows]
     delay = np.minimum(meas_start[rows] - release, np.array([caps[d] for d in dev.tolist()], dtype=np.int64))
     dur = (meas_end - meas_start)[rows].copy()
+    if ov.gpu_delay_ns:
+        pos = pd.Index(rows).get_indexer(np.fromiter(ov.gpu_delay_ns, dtype=np.int64))
+        new = np.fromiter(ov.gpu_delay_ns.values(), dtype=np.int64)
+        delay[pos[pos >= 0]] = new[pos >= 0]
     if ov.gpu_dur_ns:
         pos = pd.Index(rows).get_indexer(np.fromiter(ov.gpu_dur_ns, dtype=np.int64))
         new = np.fromiter(ov.gpu_dur_ns.values(), dtype=np.int64)
@@ -361,6 +372,15 @@ def _loop(
     thread_ix_l = thread_ix.tolist()
     wait_pos = _wait_positions(rows, waits, ov.no_event_wait)
     first, offset = _graph_nodes(trace, rows, lrow)
+    rt_thread = thread_key(pid, tid)
+    # host time taken out before each launch reference and each call's start and end
+    removed_ref = ov.host_removed.removed_by_thread(rt_thread[lrow], launch_ref).tolist()
+    removed_c0 = dict(
+        zip(calls.tolist(), ov.host_removed.removed_by_thread(rt_thread[calls], rt_ts[calls]).tolist(), strict=True)
+    )
+    removed_c1 = dict(
+        zip(calls.tolist(), ov.host_removed.removed_by_thread(rt_thread[calls], rt_end[calls]).tolist(), strict=True)
+    )
     first_l, offset_l = first.tolist(), offset.tolist()
     # the blocking calls' own times (a few hundred: no list of every runtime row)
     call_ts = dict(zip(calls.tolist(), rt_ts[calls].tolist(), strict=True))
@@ -383,7 +403,7 @@ def _loop(
                 new_start[i], new_end[i] = s0, e0
                 last[k] = i
                 continue
-            ready = ref_l[i] + shift[thread_of[i]]
+            ready = ref_l[i] - removed_ref[i] + shift[thread_of[i]]
             if floor_l[i] > ready:
                 ready = floor_l[i]
             p = last[k]
@@ -405,27 +425,28 @@ def _loop(
         c = i
         th = thread_ix_l[c]
         sh = shift[th]
-        c0, c1 = call_ts[c], call_end[c]
+        m0, m1 = call_ts[c], call_end[c]  # measured
+        c0, c1 = m0 - removed_c0[c], m1 - removed_c1[c]  # with the removed host time taken out
         if c in host_dur:  # a shortened (or lengthened) host call: what follows it on its thread moves
             shift[th] = sh + host_dur[c] - (c1 - c0)
-            shifts.add((int(pid[c]), int(tid[c])), c1, shift[th])
+            shifts.add((int(pid[c]), int(tid[c])), m1, shift[th])
             continue
         awaited, awaited_meas = _awaited(
             names.get(int(codes[c]), ""),
             int(stream_arg[c]),
             c,
-            c1,
+            m1,
             own_end,
             own_meas,
             [(new_end[p], meas_end[p], gpu_stream[p]) for p in last if p >= 0],
         )
-        if awaited_meas is None or awaited_meas < c0:
+        if awaited_meas is None or awaited_meas < m0:
             continue  # it did not wait: a host call like any other, nothing moves
-        wake = c1 - awaited_meas
+        wake = m1 - awaited_meas
         # A removed sync costs only its return path; a kept one returns ``wake`` after its work ends.
         replayed_end = c0 + sh + wake if c in ov.no_wait else max(c0 + sh + wake, awaited + wake)
         shift[th] = replayed_end - c1
-        shifts.add((int(pid[c]), int(tid[c])), c1, replayed_end - c1)
+        shifts.add((int(pid[c]), int(tid[c])), m1, replayed_end - c1)
     start[rows] = new_start
     end[rows] = new_end
 
@@ -480,7 +501,7 @@ def _awaited(
     return best_r, best_m
 
 
-def _steps(trace: Trace, start: I64, end: I64, shifts: _Shifts) -> tuple[StepReplay, ...]:
+def _steps(trace: Trace, start: I64, end: I64, shifts: _Shifts, removed: HostTimeMap) -> tuple[StepReplay, ...]:
     """Each step measured and replayed: its CPU window (on the thread that recorded it) and the end of
     the GPU work launched inside it (the window ``steps.py`` gives, on the busiest device)."""
     t = trace.steps.table
@@ -506,7 +527,9 @@ def _steps(trace: Trace, start: I64, end: I64, shifts: _Shifts) -> tuple[StepRep
     ):
         hit = np.flatnonzero((ann_names == name) & (ann_ts == cs))
         th = ann_thread[int(hit[0])] if len(hit) else (-1, -1)
-        rs, re_ = cs + shifts.at(th, cs), ce + shifts.at(th, ce)
+        key = (th[0] << 32) + (th[1] & 0xFFFFFFFF)
+        gone = removed.removed(key, np.array([cs, ce], dtype=np.int64)).tolist() if removed else [0, 0]
+        rs, re_ = cs - gone[0] + shifts.at(th, cs), ce - gone[1] + shifts.at(th, ce)
         mine = g[(launch_ts >= cs) & (launch_ts < ce)]
         m_end = max(ce, ge)
         r_end = max(re_, int(end[mine].max())) if len(mine) else re_

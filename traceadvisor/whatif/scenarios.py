@@ -17,6 +17,7 @@ from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
 from traceadvisor.whatif.replay import Overrides, Replay, measured_replay, replay
 
 # fp32 GEMM kernels that run on CUDA cores (the kernel families rules/pr101_fp32_matmul.py names:
@@ -108,7 +109,64 @@ def pinned(trace: Trace) -> Overrides:
     )
 
 
+# Kernels of one cudaGraphLaunch start 0.256 µs after the previous one ends (median; p90 0.29-0.32 µs)
+# in p12_storm_after and p12_decode_after (H100, CUDA 13): a graph's nodes are released by the GPU's
+# front end, with no host launch and no launch latency between them.
+GRAPH_NODE_GAP_NS = 256
+# The host cost of launching a captured graph: a cudaGraphLaunch of a straight-line graph costs a
+# few µs whatever its size since CUDA 12 ("constant time launch", CUDA 12.? release notes); the
+# profiled calls in the pairs are inflated by CUPTI's per-node records (255 µs for 300 nodes).
+GRAPH_LAUNCH_NS = 10_000
+
+
+def cuda_graphs(trace: Trace) -> Overrides:
+    """Capture each step's launches in CUDA graphs: per step and launching thread, the launches
+    between two blocking calls (a sync cannot be captured: it splits the graph, as
+    torch.compile(mode="reduce-overhead") splits at a graph break) form one graph. The host time
+    from the first launch of a graph to the end of its last one shrinks to one graph launch
+    (``GRAPH_LAUNCH_NS``): the host no longer runs the captured ops; the graph's GPU records run
+    ``GRAPH_NODE_GAP_NS`` apart instead of waiting for their launches. Pageable copies stay eager
+    (a graph cannot capture them) and split graphs like syncs."""
+    gpu, rt = trace.gpu, trace.runtime
+    launch = gpu["launch"].to_numpy()
+    rows = np.flatnonzero(launch >= 0)
+    if not len(rows) or not len(trace.steps.table):
+        raise Refused("no GPU work launched inside the steps")
+    lrow = launch[rows]
+    rt_ts, rt_end = rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()
+    threads = thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy())
+    names = rt["name"].astype(str)
+    pageable = gpu["name"].astype(str).str.contains("Pageable", regex=False).to_numpy()[rows]
+    cut_rows = np.union1d(np.flatnonzero(names.isin(BLOCKING_CALLS).to_numpy()), lrow[pageable])
+    cut_ts, cut_th = rt_ts[cut_rows], threads[cut_rows]
+    rows, lrow = rows[~pageable], lrow[~pageable]
+    order = np.lexsort((gpu["ts_ns"].to_numpy()[rows], rt_ts[lrow]))
+    rows, lrow = rows[order], lrow[order]
+    lts, lth = rt_ts[lrow], threads[lrow]
+    regions: list[Region] = []
+    delays: dict[int, int] = {}
+    t = trace.steps.table
+    for cs, ce in zip(t["cpu_start_ns"].tolist(), t["cpu_end_ns"].tolist(), strict=True):
+        in_step = np.flatnonzero((lts >= cs) & (lts < ce))
+        for th in np.unique(lth[in_step]).tolist():
+            mine = in_step[lth[in_step] == th]
+            cuts = np.sort(cut_ts[(cut_th == th) & (cut_ts >= cs) & (cut_ts < ce)])
+            segment = np.searchsorted(cuts, lts[mine], side="right")
+            for seg in np.unique(segment).tolist():
+                part = mine[segment == seg]
+                if len(np.unique(lrow[part])) < 2:
+                    continue  # one launch: nothing to save by capturing it
+                regions.append(Region(int(th), int(lts[part[0]]), int(rt_end[lrow[part[-1]]]), GRAPH_LAUNCH_NS))
+                delays.update({int(r): GRAPH_NODE_GAP_NS for r in rows[part[1:]].tolist()})
+    if not regions:
+        raise Refused("no step launches two or more kernels between syncs: nothing to capture")
+    return Overrides(host_removed=HostTimeMap(regions=tuple(regions)), gpu_delay_ns=delays)
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "cuda-graphs": Scenario(
+        "cuda-graphs", ("launch-overhead",), cuda_graphs, "each step's launches between syncs replayed from CUDA graphs"
+    ),
     "no-sync": Scenario("no-sync", ("sync-point",), no_sync, "blocking syncs inside the steps removed"),
     "tf32": Scenario("tf32", ("fp32-matmul",), tf32, "fp32 GEMM kernels at the TF32 peak rate"),
     "pinned": Scenario("pinned", ("pageable-copy",), pinned, "pageable copies from pinned memory"),
@@ -116,19 +174,27 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def combine(parts: list[Overrides]) -> Overrides:
-    """One Overrides applying every scenario's changes (a GPU duration changed twice: the shorter)."""
+    """One Overrides applying every part's changes (a duration or delay changed twice: the shorter;
+    host time removed by several parts: all of it)."""
     dur: dict[int, int] = {}
     host: dict[int, int] = {}
+    delay: dict[int, int] = {}
+    removed = HostTimeMap()
     for p in parts:
         for r, d in p.gpu_dur_ns.items():
             dur[r] = min(d, dur.get(r, d))
         for r, d in p.host_dur_ns.items():
             host[r] = min(d, host.get(r, d))
+        for r, d in p.gpu_delay_ns.items():
+            delay[r] = min(d, delay.get(r, d))
+        removed = removed.plus(p.host_removed)
     return Overrides(
         gpu_dur_ns=dur,
         host_dur_ns=host,
         no_wait=frozenset().union(*(p.no_wait for p in parts)),
         no_event_wait=frozenset().union(*(p.no_event_wait for p in parts)),
+        host_removed=removed,
+        gpu_delay_ns=delay,
     )
 
 

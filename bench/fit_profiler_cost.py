@@ -1,0 +1,196 @@
+"""Fit the profiler's host cost per event kind on the ``fit`` half of the GPU pairs.
+
+    python bench/fit_profiler_cost.py [--pairs fixtures/pairs12.json] [--write]
+
+Each profiled trace of a ``fit`` pair (both sides, every capture variant) is one equation: its
+unprofiled replay's step time (``traceadvisor.whatif.profiler_cost``) must equal the step time the
+same program ran at without the profiler (CUDA events, median of interleaved rounds). The step time
+is a piecewise-linear function of the per-kind costs (linear while the host is the bottleneck, flat
+once the GPU is), so the fit is Gauss-Newton on relative errors with a numeric Jacobian from the
+replay itself, each step a non-negative least squares (costs cannot be negative). Kinds that no fit
+trace recorded are left at 0 and named. ``--write`` stores the costs in
+``traceadvisor/whatif/profiler_cost.json`` with what they were fitted on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from traceadvisor.trace.load import load_file  # noqa: E402
+from traceadvisor.trace.model import Trace  # noqa: E402
+from traceadvisor.whatif.profiler_cost import KINDS, ProfilerCost, event_counts, unprofiled_overrides  # noqa: E402
+from traceadvisor.whatif.replay import replay  # noqa: E402
+from traceadvisor.whatif.scenarios import step_time_ns  # noqa: E402
+
+
+def traces_of(
+    pairs: dict[str, Any], split: str | None, reference: str = "adjacent"
+) -> list[tuple[str, str, Trace, float]]:
+    """(pair, side_variant, trace, measured unprofiled step ns) for every trace of the split's ok pairs.
+
+    ``reference``: ``adjacent`` compares a trace with the unprofiled rounds run right before and after
+    its capture (the host's speed on the capture machine drifted by up to 1.8x between runs minutes
+    apart: fixtures/pairs12_runs/), ``pair`` with the pair's interleaved median."""
+    out = []
+    for name, p in pairs["pairs"].items():
+        if p.get("status") != "ok" or (split and p.get("split") != split):
+            continue
+        for key, rec in p["traces"].items():
+            side = key.split("_")[0]
+            if reference == "adjacent" and "adjacent_unprofiled_us" in rec:
+                measured = float(rec["adjacent_unprofiled_us"]["median"]) * 1000.0
+            else:
+                measured = float(p[f"{side}_step_us"]["median"]) * 1000.0
+            out.append((name, key, load_file(ROOT / "fixtures" / "traces" / rec["file"]), measured))
+    return out
+
+
+# An annotation (record_function, ProfilerStep#N) is one RecordFunction like an op recorded without
+# shapes: the same callback path, so it shares that cost rather than getting a free parameter (too
+# few annotations per step to identify one: fitted freely it soaked up each pair's noise).
+TIED = {"annotation": "op", "step": "op"}
+
+
+def tied(ns: dict[str, float]) -> dict[str, float]:
+    return dict(ns, **{k: ns[v] for k, v in TIED.items()})
+
+
+def predict(trace: Trace, ns: dict[str, float]) -> float:
+    cost = ProfilerCost(tied(ns), {})
+    return step_time_ns(replay(trace, unprofiled_overrides(trace, cost)))
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares by an active set: drop negative coefficients until none is left."""
+    free = np.ones(a.shape[1], dtype=bool)
+    x = np.zeros(a.shape[1])
+    while free.any():
+        sol, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
+        if (sol >= 0).all():
+            x[:] = 0
+            x[free] = sol
+            return x
+        idx = np.flatnonzero(free)
+        free[idx[int(np.argmin(sol))]] = False
+    return x
+
+
+def fit(
+    rows: list[tuple[str, str, Trace, float]], iterations: int = 8, start: dict[str, float] | None = None
+) -> tuple[dict[str, float], list[str]]:
+    counts = np.array([[event_counts(t)[k] for k in KINDS] for _, _, t, _ in rows], dtype=float)
+    seen = [k for i, k in enumerate(KINDS) if counts[:, i].sum() > 0 and k not in TIED]
+    ns = dict(start) if start else dict.fromkeys(KINDS, 0.0)
+    measured = np.array([m for *_, m in rows])
+
+    def residuals(ns: dict[str, float]) -> np.ndarray:
+        return (np.array([predict(t, ns) for _, _, t, _ in rows]) - measured) / measured
+
+    base = residuals(ns)
+    for it in range(iterations):
+        jac = np.zeros((len(rows), len(seen)))
+        for j, k in enumerate(seen):
+            h = 200.0  # ns: large enough to move a host-bound step by whole events' worth
+            jac[:, j] = (residuals(dict(ns, **{k: ns[k] + h})) - base) / h
+        x0 = np.array([ns[k] for k in seen])
+        target = nnls(jac, jac @ x0 - base)  # the linearised problem, costs >= 0
+        # damped: halve the step until the squared relative error falls (the step time is only
+        # piecewise linear in the costs: host-bound steps respond, GPU-bound ones do not)
+        for _ in range(8):
+            trial = dict(ns, **{k: float(v) for k, v in zip(seen, target, strict=True)})
+            res = residuals(trial)
+            if (res**2).sum() < (base**2).sum():
+                break
+            target = (target + x0) / 2
+        else:
+            break
+        moved = float(np.abs(target - x0).max())
+        ns, base = trial, res
+        err = np.abs(base) * 100
+        print(
+            f"iteration {it}: median |error| {np.median(err):.1f}%, max {err.max():.1f}%, costs "
+            + ", ".join(f"{k} {ns[k]:.0f}" for k in seen),
+            flush=True,
+        )
+        if moved < 5:
+            break
+    return tied(ns), [k for k in KINDS if k not in seen and k not in TIED]
+
+
+def microbench_costs(path: Path) -> dict[str, float]:
+    """Per-kind costs solved from fixtures/profiler_cost_bench.json (interleaved blocks a few ms apart:
+    immune to the host's drift), by non-negative least squares over its loop x config rows."""
+    rows = json.loads(path.read_text())["rows"]
+    kinds = [k for k in KINDS if k != "step"]
+    a = np.array([[r["events_per_iter"].get(k, 0.0) for k in kinds] for r in rows])
+    b = np.array([r["cost_ns_per_iter"] for r in rows])
+    x = nnls(a, b)
+    ns = {k: float(v) for k, v in zip(kinds, x, strict=True)}
+    ns["step"] = ns["op"]  # prof.step() records one annotation, like an op without shapes
+    return ns
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12.json")
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--reference", choices=("adjacent", "pair"), default="adjacent")
+    ap.add_argument(
+        "--microbench", type=Path, help="start the fit from the per-kind costs of this interleaved microbenchmark"
+    )
+    args = ap.parse_args()
+    pairs = json.loads(args.pairs.read_text())
+    rows = traces_of(pairs, "fit", args.reference)
+    t0 = time.monotonic()
+    if args.microbench:
+        base = microbench_costs(args.microbench)
+        print("microbenchmark costs (ns): " + ", ".join(f"{k} {v:.0f}" for k, v in base.items()))
+        ns, unseen = fit(rows, start=base)
+    else:
+        ns, unseen = fit(rows)
+    print(f"\nfitted on {len(rows)} traces of {len({r[0] for r in rows})} pairs in {time.monotonic() - t0:.0f} s")
+    print(f"{'pair':12s} {'trace':16s} {'measured µs':>12s} {'predicted µs':>12s} {'error %':>8s}")
+    errs = []
+    for name, key, trace, measured in rows:
+        p = predict(trace, ns)
+        errs.append((p - measured) / measured * 100)
+        print(f"{name:12s} {key:16s} {measured / 1e3:12.1f} {p / 1e3:12.1f} {errs[-1]:8.1f}")
+    print("costs (ns per event): " + ", ".join(f"{k} {v:.0f}" for k, v in ns.items()))
+    if unseen:
+        print("not fitted (no fit trace recorded them, left at 0): " + ", ".join(unseen))
+    if args.write:
+        doc = {
+            "ns_per_event": {k: round(v, 1) for k, v in ns.items()},
+            "fitted": {
+                "script": "bench/fit_profiler_cost.py",
+                "pairs_file": "fixtures/pairs12.json",
+                "pairs": sorted({r[0] for r in rows}),
+                "traces": len(rows),
+                "reference": args.reference,
+                "microbench": "fixtures/profiler_cost_bench.json" if args.microbench else None,
+                "not_fitted": unseen,
+                "tied": TIED,
+                "median_abs_error_pct": round(float(np.median(np.abs(errs))), 2),
+                "max_abs_error_pct": round(float(np.max(np.abs(errs))), 2),
+                "gpu": pairs.get("env", {}).get("gpu_name"),
+                "torch": pairs.get("env", {}).get("torch_version"),
+            },
+        }
+        path = ROOT / "traceadvisor" / "whatif" / "profiler_cost.json"
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The profiler's own host cost, per kind of recorded event, and the unprofiled replay it gives.
+
+A profiled host thread runs slower than an unprofiled one: every op, Python frame, annotation,
+runtime call and memory event the profiler records costs it host time (RecordFunction callbacks,
+the Python tracer's frame hooks, CUPTI's runtime-API callbacks; pytorch/pytorch#100253 measures
+the per-op cost). The cost differs by kind (an op with ``record_shapes`` also copies its input
+shapes; a Python frame is only a frame hook), so one constant per event is wrong by kind mix: the
+constant the rules used before (3 µs) made a gap holding 1,357 Python frames look entirely made of
+profiler time.
+
+The costs below are fitted by ``bench/fit_profiler_cost.py`` on the ``fit`` half of the GPU pairs in
+``fixtures/pairs12.json`` (profiled traces against the same program's step time measured without
+the profiler) and stored in ``profiler_cost.json`` beside this file; the other half of the pairs is
+the validation the README reports. The unprofiled replay takes each event's cost out of its
+thread's timeline (``host_time.point_costs``): host-bound steps shrink by what their recorded events
+cost, GPU-bound steps keep their GPU time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from traceadvisor.analyses.cache import memoised
+from traceadvisor.analyses.idle import GRAPH_LAUNCHES
+from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.host_time import HostTimeMap, point_costs, thread_key
+from traceadvisor.whatif.replay import Overrides, Replay, replay
+from traceadvisor.whatif.scenarios import GRAPH_LAUNCH_NS
+
+KINDS = ("op_shapes", "op", "python", "annotation", "step", "runtime", "memory")
+KIND_HELP = {
+    "op_shapes": "an op (cpu_op) recorded with its input shapes (record_shapes=True)",
+    "op": "an op recorded without shapes",
+    "python": "a Python frame (with_stack=True)",
+    "annotation": "a record_function annotation",
+    "step": "a ProfilerStep#N annotation (the profiler's own work at each prof.step())",
+    "runtime": "a CUDA runtime or driver call (CUPTI callback)",
+    "memory": "a memory event (profile_memory=True)",
+}
+
+
+@dataclass(frozen=True)
+class ProfilerCost:
+    """Host ns per recorded event, by kind; ``fitted`` says where the numbers come from."""
+
+    ns: dict[str, float]
+    fitted: dict[str, Any]
+
+    @classmethod
+    def bundled(cls) -> ProfilerCost:
+        doc = json.loads(resources.files("traceadvisor.whatif").joinpath("profiler_cost.json").read_text())
+        return cls({k: float(doc["ns_per_event"][k]) for k in KINDS}, doc.get("fitted", {}))
+
+
+def event_kinds(trace: Trace) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int8]]:
+    """Every recorded host event as (thread key, start ns, kind index into KINDS)."""
+    parts = []
+    host = trace.host
+    if len(host):
+        ann = host["is_annotation"].to_numpy(dtype=bool)
+        step = ann & host["name"].astype(str).str.startswith("ProfilerStep#").to_numpy()
+        shapes = host["input_dims"].notna().to_numpy()
+        kind = np.where(ann, KINDS.index("annotation"), np.where(shapes, KINDS.index("op_shapes"), KINDS.index("op")))
+        kind = np.where(step, KINDS.index("step"), kind)
+        parts.append((host, kind))
+    for table, name in ((trace.frames, "python"), (trace.runtime, "runtime"), (trace.memory, "memory")):
+        if len(table):
+            parts.append((table, np.full(len(table), KINDS.index(name))))
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0, dtype=np.int8)
+    threads = np.concatenate([thread_key(t["pid"].to_numpy(), t["tid"].to_numpy()) for t, _ in parts])
+    ts = np.concatenate([t["ts_ns"].to_numpy(dtype=np.int64) for t, _ in parts])
+    kinds = np.concatenate([k for _, k in parts]).astype(np.int8)
+    return threads, ts, kinds
+
+
+def event_counts(trace: Trace) -> dict[str, int]:
+    """How many events of each kind the trace recorded."""
+    _, _, kinds = event_kinds(trace)
+    return {k: int((kinds == i).sum()) for i, k in enumerate(KINDS)}
+
+
+def profiler_time(trace: Trace, cost: ProfilerCost) -> HostTimeMap:
+    """The host time the profiler spent recording, as point costs at each recorded event."""
+    threads, ts, kinds = event_kinds(trace)
+    per_kind = np.array([cost.ns[k] for k in KINDS], dtype=np.float64)
+    return point_costs(threads, ts, per_kind[kinds])
+
+
+def graph_launch_durations(trace: Trace) -> dict[int, int]:
+    """Graph launch calls at their unprofiled cost. Under CUPTI a cudaGraphLaunch writes an activity
+    record per node and returns only after that: 5.6-5.9 ms for the 3,420 nodes of p12_decode_after
+    (1.7 µs per node), where the same launch without the profiler is a few µs
+    (``scenarios.GRAPH_LAUNCH_NS``). The calls are asynchronous, so what follows them moves."""
+    rt = trace.runtime
+    rows = np.flatnonzero(rt["name"].astype(str).isin(GRAPH_LAUNCHES).to_numpy())
+    dur = (rt["end_ns"] - rt["ts_ns"]).to_numpy()[rows]
+    return {int(r): int(min(d, GRAPH_LAUNCH_NS)) for r, d in zip(rows.tolist(), dur.tolist(), strict=True)}
+
+
+def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None) -> Overrides:
+    """The replay's change that takes the profiler out: the host cost of what it recorded, and the
+    per-node cost it adds to graph launches."""
+    return Overrides(
+        host_removed=profiler_time(trace, cost or ProfilerCost.bundled()),
+        host_dur_ns=graph_launch_durations(trace),
+    )
+
+
+@memoised
+def unprofiled_replay(trace: Trace) -> Replay:
+    """The trace replayed without the profiler's host cost (memoised): the predicted unprofiled run."""
+    return replay(trace, unprofiled_overrides(trace))
