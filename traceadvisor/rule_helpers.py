@@ -21,6 +21,7 @@ from traceadvisor.engine.rule import location_of
 from traceadvisor.report.finding import Evidence, Location
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.savings import Saving
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -225,3 +226,18 @@ def distinct_signatures(
     sig = signature_codes(host, pos, cols)
     first = pos[np.unique(sig, return_index=True)[1]]
     return sig, np.asarray(first, dtype=np.intp)
+
+
+def per_step(saving: Saving) -> tuple[str, float, float]:
+    """A replayed saving as ``Rule.finding(per_step=...)`` takes it: (scenario, saving per step ns,
+    predicted unprofiled step ns)."""
+    return (saving.scenario, saving.saving_ns, saving.before_ns)
+
+
+def replay_basis(saving: Saving, what: str) -> str:
+    """The impact basis of a replayed saving: what the scenario changed, and on which baseline."""
+    return (
+        f"what-if replay: {what}; predicted unprofiled step {saving.before_ns / 1e3:.1f} µs -> "
+        f"{(saving.before_ns - saving.saving_ns) / 1e3:.1f} µs (the trace's dependency graph replayed "
+        "without the profiler's host cost, then with the fix)"
+    )

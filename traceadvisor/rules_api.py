@@ -54,8 +54,10 @@ from traceadvisor.rule_helpers import (
     names_at,
     op_location,
     pct,
+    per_step,
     plural,
     recoverable_per_gap,
+    replay_basis,
     share_of_steps,
     signature_codes,
     step_positions,
@@ -67,6 +69,8 @@ from traceadvisor.trace import intervals
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.replay import Overrides
+from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
 
 __all__ = [
     "BLOCKING_CALLS",
@@ -88,7 +92,9 @@ __all__ = [
     "Impact",
     "Location",
     "NoOptions",
+    "Overrides",
     "Rule",
+    "Saving",
     "Severity",
     "Thresholds",
     "Trace",
@@ -113,11 +119,16 @@ __all__ = [
     "op_work",
     "parse_raw",
     "pct",
+    "per_step",
     "pinned_rate",
     "plural",
+    "predicted_step_ns",
     "recoverable_ns",
     "recoverable_per_gap",
+    "replay_basis",
     "roofline_of",
+    "saving_of",
+    "scenario_saving",
     "share_of_steps",
     "signature_codes",
     "step_positions",
