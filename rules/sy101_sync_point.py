@@ -20,12 +20,12 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     at_source,
-    event_location,
     evidence_of,
     fmt_us,
     idle_of,
     in_steps,
     share_of_steps,
+    sync_location,
     us,
 )
 
@@ -88,7 +88,9 @@ class SyncPoint(Rule[Options]):
     is that idle less the profiler's own host cost of the events recorded in it
     (`profiler_event_us` each). The single `cudaDeviceSynchronize` the profiler adds after the
     last step, and non-blocking `cudaEventQuery`, are not counted. With `with_stack` the finding
-    points at the Python line that triggered the sync.
+    names the Python function that synchronized (the trace gives only its first line); a trace
+    from `traceadvisor capture` or the in-loop advisor on a GPU also holds each sync's call site,
+    and the finding then gives the exact line.
 
     ## How to fix
     Keep values on the device (accumulate losses and metrics in tensors), call `.item()` or log
@@ -135,7 +137,8 @@ class SyncPoint(Rule[Options]):
         mine = mine.assign(cause=_causes(trace, mine))
         by_cause = _by_cause(mine)
         top_cause = str(by_cause.index[0])
-        location = event_location(trace, mine[mine["cause"] == top_cause].iloc[0])  # its first call
+        # Its first call: at the exact line where capture recorded the sync's call site.
+        location = sync_location(trace, int(mine.index[(mine["cause"] == top_cause).to_numpy()][0]))
         worst = mine.nlargest(5, "dur_ns")
         labels = (f"{n} under {c}" for n, c in zip(worst["name"].astype(str), worst["cause"], strict=True))
         yield self.finding(

@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, IdleCause, idle_attribution
+from traceadvisor.analyses.sync_sites import sync_site_matches
 from traceadvisor.engine.rule import location_of
 from traceadvisor.report.finding import Evidence, Location
 from traceadvisor.trace import intervals
@@ -173,6 +174,17 @@ def launch_location(trace: Trace, runtime_row: int) -> Location | None:
     """The source line of a runtime call (a row of ``trace.runtime``, e.g. a GPU op's ``launch``);
     ``None`` for -1."""
     return event_location(trace, trace.runtime.loc[runtime_row]) if runtime_row >= 0 else None
+
+
+def sync_location(trace: Trace, runtime_row: int) -> Location | None:
+    """The source line of a blocking sync call (a row of ``trace.runtime``): the exact line when
+    capture recorded the sync's call site (``line_kind="exact"``, analyses/sync_sites.py), else the
+    line of its frame, as ``launch_location`` gives it."""
+    matches = sync_site_matches(trace)
+    if runtime_row in matches.index:
+        m = matches.loc[runtime_row]
+        return Location(file=str(m["file"]), line=int(m["line"]), function=str(m["function"]), line_kind="exact")
+    return launch_location(trace, runtime_row)
 
 
 def at_source(location: Location | None) -> str:

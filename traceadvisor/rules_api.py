@@ -62,6 +62,7 @@ from traceadvisor.rule_helpers import (
     signature_codes,
     step_positions,
     steps_on_gpu,
+    sync_location,
     us,
     worth_reporting,
 )
@@ -133,6 +134,7 @@ __all__ = [
     "signature_codes",
     "step_positions",
     "steps_on_gpu",
+    "sync_location",
     "trace_capabilities",
     "us",
     "worth_reporting",

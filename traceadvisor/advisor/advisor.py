@@ -29,6 +29,7 @@ from traceadvisor.advisor.backend import Backend, Outcome, ProcessBackend, Threa
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import TensorBoardSink, log_report
 from traceadvisor.capture.export import export_chrome_json
+from traceadvisor.capture.sync_sites import SyncSiteRecorder, profiler_recording
 from traceadvisor.capture.unprofiled import UnprofiledSteps, now_ns, profiler_off, recorded_steps
 from traceadvisor.config import Config
 from traceadvisor.report.finding import Severity
@@ -184,6 +185,9 @@ class Advisor:
         # first cycle's end when the advisor wraps ``prof.step`` itself, from the first step under
         # ``traceadvisor.profile()``.
         self.unprofiled = UnprofiledSteps("advisor")
+        # The Python line of each blocking sync in the recorded steps (GPU only; docs/capture.md),
+        # told the steps as the unprofiled times are.
+        self.sync_sites = SyncSiteRecorder("advisor")
         atexit.register(self._at_exit)
 
     # -- the on_trace_ready entry point ---------------------------------------------------------
@@ -213,7 +217,8 @@ class Advisor:
             export_s = time.perf_counter() - t0
             step = getattr(prof, "step_num", None)
             job = _Job(next(_job_ids), self.cycles, rank, step, trace, raw, self.keep_traces, export_s)
-            job.head = self.unprofiled.key(recorded_steps(prof))
+            steps = recorded_steps(prof)
+            job.head = {**self.unprofiled.key(steps), **self.sync_sites.key(steps)}
             self._submit(job, analyze=self.analyze)
         except OSError as exc:
             logger.warning(
@@ -418,6 +423,7 @@ class Advisor:
         self._closed = True
         atexit.unregister(self._at_exit)
         self._unhook()
+        self.sync_sites.stop()
         backend = self._backend
         try:
             if backend is not None:
@@ -468,12 +474,23 @@ class Advisor:
             result = original(*args, **kwargs)
             advisor = me()
             if advisor is not None and not advisor.closed:
+                advisor.record_syncs(prof, getattr(prof, "step_num", -1))
                 advisor.poll()
                 advisor.unprofiled.boundary(number, off, started, now_ns())
             return result
 
         prof.step = step
         self._hooked = (weakref.ref(prof), original if had_own else None, had_own)
+
+    def record_syncs(self, prof: Any, step: int) -> None:
+        """Step ``step`` of ``prof`` (None: the profiler is gone) begins: record its syncs' call sites
+        if the profiler records it, else stop recording. Never raises into the training loop."""
+        try:
+            self.sync_sites.step(step, profiler_recording(prof))
+        except Exception:
+            logger.exception("traceadvisor: could not record sync call sites; training continues")
+            self.sync_sites.skipped = "failed"
+            self.sync_sites.stop()
 
     def _unhook(self) -> None:
         if self._hooked is None:

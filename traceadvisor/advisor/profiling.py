@@ -106,6 +106,7 @@ class AdvisedProfile:
         self.profiler = torch_profiler(self.window, self.advisor, **self._options)
         self.profiler.__enter__()
         self._profiling = True
+        self.advisor.record_syncs(self.profiler, 0)
         return self
 
     def step(self) -> None:
@@ -118,6 +119,7 @@ class AdvisedProfile:
                 self._exit_profiler()
         self._step_num = self.profiler.step_num if self._profiling else self._step_num + 1
         self.steps += 1
+        self.advisor.record_syncs(self.profiler if self._profiling else None, self._step_num)
         self.advisor.poll()
         # After poll(): a report's callbacks are the advisor's time, not the program's step.
         self.advisor.unprofiled.boundary(number, off, started, now_ns())

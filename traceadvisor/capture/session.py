@@ -12,6 +12,11 @@ Hook points for other capture features (for example recording Triton launches):
   written and before ``run.json`` lists it. A listener may rewrite the file (atomically, through
   ``traceadvisor.atomic``) or write files beside it and name them in ``TraceFile.sidecars``; a
   listener that raises becomes a warning in ``run.json``, never an error in the user's program.
+- ``session.step_listeners``: callbacks ``(session) -> None`` run when the profiler starts and after
+  each step boundary, when ``session.recording`` and ``session.steps_seen`` describe the step that
+  begins (e.g. to do something during the recorded steps only); one that raises becomes a warning.
+- ``session.trace_key_parts``: callbacks ``(steps) -> dict`` whose items are added to the top-level
+  ``"traceadvisor"`` key of the trace recording ``steps`` (written with the trace, in one write).
 """
 
 from __future__ import annotations
@@ -51,6 +56,17 @@ def _triton_launch_records(session: CaptureSession) -> AbstractContextManager[An
 
 
 extra_contexts.append(_triton_launch_records)
+
+
+def _sync_site_records(session: CaptureSession) -> AbstractContextManager[Any]:
+    # Every capture on a GPU records the Python line of each blocking sync in the recorded steps
+    # (the trace names only a frame's first line): capture/sync_sites.py.
+    from traceadvisor.capture import sync_sites
+
+    return sync_sites.capture_context(session)
+
+
+extra_contexts.append(_sync_site_records)
 
 # zlib's default level: within ~10% of the smallest size at a third of level 9's time. The write runs
 # inside the prof.step() that closes the window, so it stalls that one training step.
@@ -99,6 +115,8 @@ class CaptureSession:
         self.clock = StepClock(self._advance, StepSource.call if options.step_on else StepSource.optimizer)
         self.files: list[TraceFile] = []
         self.trace_listeners: list[Callable[[CaptureSession, TraceFile], None]] = []
+        self.step_listeners: list[Callable[[CaptureSession], None]] = []
+        self.trace_key_parts: list[Callable[[list[int]], dict[str, Any]]] = []
         self._prof: Any = None
         self._window_prof: Any = None
         self._window: TimeWindow | None = None
@@ -327,6 +345,12 @@ class CaptureSession:
     def _note_step(self) -> None:
         if self._prof.current_action in self._recording_actions:
             self._cycle_steps.append(int(self._prof.step_num))
+        for listener in list(self.step_listeners):
+            try:
+                listener(self)
+            except Exception as exc:
+                self.step_listeners.remove(listener)
+                self.warn(f"step listener {getattr(listener, '__qualname__', listener)} failed: {_one_line(exc)}")
 
     def _marker(self) -> None:
         if threading.get_ident() == self._thread:
@@ -432,7 +456,10 @@ class CaptureSession:
             return
         try:
             export_chrome_json(prof, tmp)
-            body = with_key(tmp.read_bytes(), self.unprofiled.key(steps))
+            key = self.unprofiled.key(steps)
+            for part in list(self.trace_key_parts):
+                key.update(part(steps))
+            body = with_key(tmp.read_bytes(), key)
             data = gzip.compress(body, compresslevel=_GZIP_LEVEL, mtime=0)
             write_bytes(path, data)
         except Exception as exc:
