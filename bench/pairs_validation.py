@@ -61,6 +61,7 @@ def validate(pairs: dict[str, Any], variant: str) -> list[dict[str, Any]]:
                 b, a = s.before_ns / 1e3, (s.before_ns - s.saving_ns) / 1e3
                 if per:  # time per sample: the after side runs per["after"] samples in a step
                     ratio = per["after"] / per["before"]
+                    a = s.after_ns / 1e3  # a larger batch lengthens the step: saving_ns (>= 0) would read 0
                     row["predicted_saving_pct"] = (b - a / ratio) / b * 100.0 if b else math.nan
                 else:
                     row["predicted_saving_pct"] = s.share_pct

@@ -17,6 +17,7 @@ from traceadvisor.rules_api import (
     Finding,
     IdleCause,
     Rule,
+    Saving,
     Severity,
     Trace,
     busy_in_windows,
@@ -24,7 +25,10 @@ from traceadvisor.rules_api import (
     fmt_us,
     idle_of,
     launch_location,
+    per_step,
     recoverable_per_gap,
+    replay_basis,
+    scenario_saving,
     step_positions,
     steps_on_gpu,
     us,
@@ -33,9 +37,8 @@ from traceadvisor.rules_api import (
 F64 = npt.NDArray[np.float64]
 
 BASIS = (
-    "GPU idle in launch-bound steps that a CUDA graph can capture, where the next kernel was launched "
-    "late after a short host interval (dispatch overhead), less the profiler's own "
-    "{:g} µs per event recorded in those gaps; CPU stalls are idle-gap's"
+    "each step's launches between syncs replayed from CUDA graphs (the host runs one graph launch instead "
+    "of the captured ops; the kernels run back to back)"
 )
 GRAPH_RECOMMENDATION = (
     'Capture the step with CUDA Graphs (torch.cuda.graphs / torch.compile(mode="reduce-overhead")), '
@@ -54,7 +57,8 @@ class Options:
     max_busy_pct: float = 70.0  # ... while the GPU is busy less than this share of the step
     min_launch_pct: float = 3.0  # ... and launch calls take at least this share of the step
     max_graph_pct: float = 50.0  # a step whose kernel time is at least this share graph-replayed is already captured
-    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
+    min_saving_pct: float = 3.0  # report only when the replayed saving reaches this share of the unprofiled step
+    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event (idle figures)
 
 
 class LaunchOverhead(Rule[Options]):
@@ -71,11 +75,13 @@ class LaunchOverhead(Rule[Options]):
     graph (`cudaGraphLaunch`) are not counted, and a step whose kernel time is mostly graph
     replay is already captured: the rule does not fire on it. The rule claims the idle gaps the
     attribution calls `launch_bound` (the next work was launched late after a short host
-    interval: dispatch overhead, not a CPU stall) in those steps; the saving of CUDA Graphs or
-    `torch.compile(mode="reduce-overhead")` is that idle less the profiler's own host cost of the
-    events recorded in it (`profiler_event_us` each), which an unprofiled run does not pay. A step
-    that synchronizes with the GPU cannot be captured in a graph: such steps are reported without
-    a saving, pointing at `sync-point` first.
+    interval: dispatch overhead, not a CPU stall) in those steps. The saving is a what-if replay:
+    the trace's dependency graph replayed without the profiler's host cost, then again with each
+    step's launches between two syncs captured in a CUDA graph (the host runs one graph launch
+    instead of the captured ops, and the kernels run back to back); the saving is the difference of
+    the two step times. A sync splits the graph (a graph cannot capture it), so a step full of syncs
+    saves less, and the message points at `sync-point`. A replayed saving below `min_saving_pct`
+    of the step is not reported: profiled steps look more launch-bound than they are.
 
     ## How to fix
     Capture the step in a CUDA graph (`torch.cuda.graphs`, `torch.cuda.make_graphed_callables`)
@@ -88,8 +94,9 @@ class LaunchOverhead(Rule[Options]):
     - `max_busy_pct`: a step is starved when the GPU is busy less than this share of it (%).
     - `min_launch_pct`: launch calls must take at least this share of the step (%).
     - `max_graph_pct`: a step whose kernel time is at least this share graph-replayed is left alone (%).
-    - `profiler_event_us`: the profiler's host cost per recorded op, annotation or Python frame
-      (default 3 µs, measured on the fixtures' before/after pairs with record_shapes and with_stack).
+    - `min_saving_pct`: the smallest replayed saving reported, as a share of the predicted unprofiled step (%).
+    - `profiler_event_us`: the profiler's host cost per recorded event, for the idle figures of the
+      message only (the saving uses the per-kind cost model of the replay).
 
     ## References
     - https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs
@@ -113,11 +120,15 @@ class LaunchOverhead(Rule[Options]):
         bound, busy_pct = _launch_bound(trace, steps, sk, dev, opts)
         if not bound.any():
             return
-        # A CUDA graph cannot capture a step that synchronizes with the GPU.
+        # A CUDA graph cannot capture a sync: the replayed scenario splits each step's graphs at its
+        # blocking calls, so the saving counts only what graphs between the syncs recover.
         syncs = _syncs_per_step(trace, steps)
         capturable = bound & (syncs == 0)
         idle = _launch_bound_idle(trace, steps, opts.profiler_event_us)
-        saving = float(idle.recoverable[capturable].sum())
+        replayed = scenario_saving(trace, "cuda-graphs")
+        if replayed.share_pct < opts.min_saving_pct:
+            return  # launch-bound as profiled, but without the profiler graphs would not pay
+        saving = replayed.saving_ns
         sel = bound[np.maximum(sk.pos, 0)] & sk.eager  # the eager kernels of the launch-bound steps
         data = _data(sk, sel, bound, capturable, busy_pct, idle, saving)
         top = sk.kernels[sel]["name"].astype(str).value_counts().head(3)
@@ -126,10 +137,10 @@ class LaunchOverhead(Rule[Options]):
         labels = (f"GPU idle until {d} was launched" for d in worst["detail"])
         yield self.finding(
             trace,
-            message=_head(len(steps), data, top) + _saving_text(capturable, bound, syncs, saving),
+            message=_head(len(steps), data, top) + _saving_text(capturable, bound, syncs, replayed),
             recommendation=GRAPH_RECOMMENDATION if capturable.any() else SYNC_FIRST_RECOMMENDATION,
-            impact_ns=saving,
-            basis=BASIS.format(opts.profiler_event_us),
+            per_step=per_step(replayed),
+            basis=replay_basis(replayed, BASIS),
             evidence=evidence_of(worst, labels, start="start_ns"),
             location=launch_location(trace, int(sk.launch_rows[np.flatnonzero(sel)[0]])),
             data=data,
@@ -276,18 +287,17 @@ def _head(n_steps: int, data: dict[str, int | float], top: pd.Series) -> str:
 
 
 def _saving_text(
-    capturable: npt.NDArray[np.bool_], bound: npt.NDArray[np.bool_], syncs: npt.NDArray[np.int64], saving: float
+    capturable: npt.NDArray[np.bool_], bound: npt.NDArray[np.bool_], syncs: npt.NDArray[np.int64], saving: Saving
 ) -> str:
-    if not capturable.any():
-        return (
-            f" The steps synchronize with the GPU ({syncs[bound].sum() / bound.sum():.0f} blocking calls per step), "
-            "which a CUDA graph cannot capture: no saving is claimed until the syncs are gone (see sync-point)."
-        )
     text = (
-        f" CUDA Graphs would save about {fmt_us(saving)} ({fmt_us(saving / capturable.sum())} per step) "
-        "without the profiler."
+        f" Replayed without the profiler, CUDA graphs take the step from {fmt_us(saving.before_ns)} to "
+        f"{fmt_us(saving.before_ns - saving.saving_ns)} ({saving.share_pct:.0f}% less)."
     )
     blocked = int((bound & ~capturable).sum())
     if blocked:
-        text += f" {blocked} of the steps synchronize with the GPU: no graph until those syncs go."
+        text += (
+            f" {blocked} of the launch-bound steps synchronize with the GPU ({syncs[bound].sum() / bound.sum():.0f} "
+            "blocking calls per step): a graph cannot capture a sync, so that saving counts only the graphs "
+            "between the syncs; removing them (see sync-point) recovers more."
+        )
     return text

@@ -24,7 +24,10 @@ from traceadvisor.rules_api import (
     fmt_us,
     in_steps,
     launch_location,
+    per_step,
     pinned_rate,
+    replay_basis,
+    scenario_saving,
     us,
     worth_reporting,
 )
@@ -59,6 +62,9 @@ class PageableCopy(Rule[Options]):
     copy's time beyond what its bytes need at the pinned rate (0.8 × the rate of pinned copies
     measured in the same trace when there are some, else 50 GB/s on sm_90+ / PCIe 5.0 and
     20 GB/s before), plus the host time blocked in synchronous copy calls beyond the copy itself.
+    On a trace with steps the saving is a what-if replay instead: the trace replayed without the
+    profiler's host cost, then with the pageable copies at the pinned rate and their calls
+    returning at once (what follows them moves earlier); a copy that overlaps compute saves less.
 
     ## How to fix
     Load batches with `DataLoader(pin_memory=True)` or pin tensors once with `tensor.pin_memory()`,
@@ -97,7 +103,14 @@ class PageableCopy(Rule[Options]):
         copy_excess = float(np.maximum(pageable["dur_ns"].to_numpy() - need, 0.0).sum())
         blocked = _blocked_ns(trace, sync_calls)
         impact = copy_excess + blocked
-        if not worth_reporting(trace, impact, opts.min_impact_pct):
+        # With steps the saving is a replay (the copies at the pinned rate, their calls returning at
+        # once, everything after them moved): a copy that overlaps compute saves less than its excess.
+        replayed = scenario_saving(trace, "pinned") if len(trace.steps.table) else None
+        if replayed is not None and replayed.refused is None:
+            if replayed.share_pct < opts.min_impact_pct:
+                return
+            impact = replayed.saving_ns * len(trace.steps.table)
+        elif not worth_reporting(trace, impact, opts.min_impact_pct):
             return
         total_bytes, achieved = float(pageable["bytes"].fillna(0).sum()), _achieved_gbps(pageable)
         largest = pageable.nlargest(1, "dur_ns")
@@ -105,10 +118,18 @@ class PageableCopy(Rule[Options]):
         yield self.finding(
             trace,
             message=_message(pageable, sync_calls, blocked, location)
-            + f". From pinned memory they would need ~{fmt_us(impact)} less ({rate_basis}).",
+            + (
+                f". Replayed from pinned memory, the step takes {fmt_us(replayed.saving_ns)} less "
+                f"({replayed.share_pct:.0f}% of the predicted unprofiled step; {rate_basis})."
+                if replayed is not None and replayed.refused is None
+                else f". From pinned memory they would need ~{fmt_us(impact)} less ({rate_basis})."
+            ),
             recommendation=RECOMMENDATION,
             impact_ns=impact,
-            basis=f"pageable copy time beyond the pinned rate ({rate_basis}) plus host time blocked in cudaMemcpy",
+            per_step=per_step(replayed) if replayed is not None and replayed.refused is None else None,
+            basis=replay_basis(replayed, f"pageable copies from pinned memory ({rate_basis})")
+            if replayed is not None and replayed.refused is None
+            else f"pageable copy time beyond the pinned rate ({rate_basis}) plus host time blocked in cudaMemcpy",
             evidence=evidence_from(pageable, category="memcpy"),
             location=location,
             data={

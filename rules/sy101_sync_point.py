@@ -16,7 +16,9 @@ from traceadvisor.rules_api import (
     Finding,
     IdleCause,
     Location,
+    Overrides,
     Rule,
+    Saving,
     Severity,
     Trace,
     at_source,
@@ -24,6 +26,9 @@ from traceadvisor.rules_api import (
     fmt_us,
     idle_of,
     in_steps,
+    per_step,
+    replay_basis,
+    saving_of,
     share_of_steps,
     sync_location,
     us,
@@ -55,15 +60,12 @@ RECOMMENDATION = (
     "copy with .to('cpu', non_blocking=True) into pinned memory, avoid data-dependent shapes "
     "(boolean-mask indexing, nonzero); find every sync with torch.cuda.set_sync_debug_mode('warn')."
 )
-BASIS = (
-    "GPU idle around blocking synchronize calls in the steps (the drain after each call, and the host "
-    "still inside the op that synchronized), less the profiler's own {:g} µs per event recorded in those gaps"
-)
+BASIS = "the blocking syncs in the steps no longer wait (the GPU work they waited for stays)"
 
 
 @dataclass(frozen=True)
 class Options:
-    min_idle_pct: float = 0.5  # report only when sync-caused GPU idle is at least this share of the steps
+    min_idle_pct: float = 0.5  # report when the replayed saving is at least this share of the unprofiled step
     min_per_step: float = 1.0  # ... or when there are at least this many syncs per step
     profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
 
@@ -84,9 +86,11 @@ class SyncPoint(Rule[Options]):
     boolean mask, `aten::to`/`aten::copy_` to the CPU...). The rule claims the idle gaps the
     attribution gives to these calls: the drain after each one (a call in flight when the GPU
     went idle, or returning inside the gap) and the rest of the op that synchronized (e.g.
-    `aten::nonzero` sizing its output, a masked `aten::index` launching its gather). The impact
-    is that idle less the profiler's own host cost of the events recorded in it
-    (`profiler_event_us` each). The single `cudaDeviceSynchronize` the profiler adds after the
+    `aten::nonzero` sizing its output, a masked `aten::index` launching its gather). The saving
+    is a what-if replay: the trace replayed without the profiler's host cost, then again with
+    these calls no longer waiting (the GPU work they waited for stays, what the host did after
+    them moves earlier); a sync in a GPU-bound loop, whose host is far ahead anyway, saves little
+    however long it blocks. The single `cudaDeviceSynchronize` the profiler adds after the
     last step, and non-blocking `cudaEventQuery`, are not counted. With `with_stack` the finding
     names the Python function that synchronized (the trace gives only its first line); a trace
     from `traceadvisor capture` or the in-loop advisor on a GPU also holds each sync's call site,
@@ -100,10 +104,11 @@ class SyncPoint(Rule[Options]):
     its stack.
 
     ## Options
-    - `min_idle_pct`: report when the GPU idle caused by syncs is at least this share of the steps.
+    - `min_idle_pct`: report when the replayed saving is at least this share of the predicted
+      unprofiled step (%).
     - `min_per_step`: report also when there are at least this many syncs per step.
-    - `profiler_event_us`: the profiler's host cost per recorded op, annotation or Python frame
-      (default 3 µs, measured on the fixtures' before/after pairs with record_shapes and with_stack).
+    - `profiler_event_us`: the profiler's host cost per recorded event, for the idle figures of the
+      message only (the saving uses the replay's per-kind cost model).
 
     ## References
     - https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html
@@ -131,8 +136,11 @@ class SyncPoint(Rule[Options]):
         gaps = idle_of(trace, IdleCause.sync)
         gaps = gaps[np.isin(gaps["blocking_row"].to_numpy(), mine.index.to_numpy())]
         idle = ClaimedIdle.of(gaps, opts.profiler_event_us)
-        per_step = len(mine) / max(len(trace.steps.table), 1)
-        if share_of_steps(trace, idle.recoverable_ns) < opts.min_idle_pct and per_step < opts.min_per_step:
+        per_step_count = len(mine) / max(len(trace.steps.table), 1)
+        # The saving: the trace replayed without the profiler, then with these syncs' waits removed
+        # (the GPU work they waited for stays; what the host did after them moves earlier).
+        replayed = saving_of(trace, "no-sync", Overrides(no_wait=frozenset(int(r) for r in mine.index)))
+        if replayed.share_pct < opts.min_idle_pct and per_step_count < opts.min_per_step:
             return
         mine = mine.assign(cause=_causes(trace, mine))
         by_cause = _by_cause(mine)
@@ -143,15 +151,15 @@ class SyncPoint(Rule[Options]):
         labels = (f"{n} under {c}" for n, c in zip(worst["name"].astype(str), worst["cause"], strict=True))
         yield self.finding(
             trace,
-            message=_message(trace, mine, by_cause, location, idle),
+            message=_message(trace, mine, by_cause, location, idle, replayed),
             recommendation=RECOMMENDATION.format(top_cause),
-            impact_ns=idle.recoverable_ns,
-            basis=BASIS.format(opts.profiler_event_us),
+            per_step=per_step(replayed),
+            basis=replay_basis(replayed, BASIS),
             evidence=evidence_of(worst, labels),
             location=location,
             data={
                 "syncs": len(mine),
-                "per_step": per_step,
+                "per_step": per_step_count,
                 "blocked_us": us(int(mine["dur_ns"].sum())),
                 "idle_us": us(idle.raw_ns),
                 "recoverable_us": us(idle.recoverable_ns),
@@ -166,7 +174,12 @@ def _by_cause(mine: pd.DataFrame) -> pd.DataFrame:
 
 
 def _message(
-    trace: Trace, mine: pd.DataFrame, by_cause: pd.DataFrame, location: Location | None, idle: ClaimedIdle
+    trace: Trace,
+    mine: pd.DataFrame,
+    by_cause: pd.DataFrame,
+    location: Location | None,
+    idle: ClaimedIdle,
+    replayed: Saving,
 ) -> str:
     top_cause = str(by_cause.index[0])
     parts = ", ".join(f"{c} ×{int(r['size'])}" for c, r in by_cause.head(4).iterrows())
@@ -175,8 +188,9 @@ def _message(
         f"{len(mine)} host-device synchronizations in the steps ({per_step:.1f} per step), "
         f"most caused by {top_cause}{at_source(location)}; by cause: {parts}. The host "
         f"blocked {fmt_us(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_us(idle.raw_ns)} "
-        f"({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) draining and refilling its queue around them; "
-        f"about {fmt_us(idle.recoverable_ns)} of that would remain without the profiler.{_line_note(location)}"
+        f"({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) draining and refilling its queue around them. "
+        f"Replayed without the profiler and without these waits, the step takes {fmt_us(replayed.saving_ns)} less "
+        f"({replayed.share_pct:.1f}% of the predicted unprofiled step).{_line_note(location)}"
     )
 
 

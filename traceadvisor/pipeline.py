@@ -61,6 +61,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
     from traceadvisor.summary.idle import idle_breakdown
     from traceadvisor.summary.kernels import top_kernels
     from traceadvisor.summary.roofline import roofline_summary
+    from traceadvisor.summary.step_time import step_time
     from traceadvisor.summary.steps import step_summaries
     from traceadvisor.summary.units import us
     from traceadvisor.whatif.replay import replay_error_pct
@@ -92,6 +93,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
         warnings=tuple(trace.meta.warnings),
         replay_error_pct=replay_error_pct(trace),
         measured_unprofiled_step_us=MeasuredSteps.of_key(trace.meta.traceadvisor),
+        step_time=step_time(trace, main),
     )
 
 

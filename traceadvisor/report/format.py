@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from traceadvisor.report.model import RooflineKernel, StepSummary
+from traceadvisor.report.model import RooflineKernel, StepSummary, StepTime
 
 T = TypeVar("T")
 
@@ -37,6 +37,16 @@ ABOVE_ROOF_NOTE = (
 def ms(us_value: float) -> str:
     """Microseconds as milliseconds with three decimals (``1.234 ms``)."""
     return f"{us_value / 1000:.3f} ms"
+
+
+def step_time_line(st: StepTime) -> str:
+    """The profiled step and the predicted unprofiled one, with GPU busy on both."""
+    line = f"{ms(st.profiled_step_us)} profiled (GPU busy {st.gpu_busy_profiled_pct:.0f}%)"
+    if st.unprofiled_step_us is not None and st.gpu_busy_unprofiled_pct is not None:
+        line += (
+            f", {ms(st.unprofiled_step_us)} predicted without the profiler (GPU busy {st.gpu_busy_unprofiled_pct:.0f}%)"
+        )
+    return line
 
 
 def pct(value: float) -> str:

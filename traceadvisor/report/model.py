@@ -416,6 +416,32 @@ class MeasuredSteps:
 
 
 @dataclass(frozen=True, slots=True)
+class StepTime:
+    """``traces[].step_time``: the profiled step time and the one predicted without the profiler
+    (the trace replayed without the profiler's host cost, whatif/profiler_cost.py), both the spacing
+    of step ends, with the GPU's busy time per step and its share of each."""
+
+    profiled_step_us: float
+    unprofiled_step_us: float | None
+    gpu_busy_per_step_us: float
+    gpu_busy_profiled_pct: float
+    gpu_busy_unprofiled_pct: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profiled_step_us": self.profiled_step_us,
+            "unprofiled_step_us": self.unprofiled_step_us,
+            "gpu_busy_per_step_us": self.gpu_busy_per_step_us,
+            "gpu_busy_profiled_pct": self.gpu_busy_profiled_pct,
+            "gpu_busy_unprofiled_pct": self.gpu_busy_unprofiled_pct,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> StepTime | None:
+        return None if d is None else cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
 class TraceSummary:
     """``traces[]``: one trace's device, analysis window, GPU busy time, steps, top kernels, idle
     time by cause, roofline, annotations, capture flags and load warnings."""
@@ -445,6 +471,13 @@ class TraceSummary:
     # Step times measured with the profiler off (capture's skipped and wait steps; the trace's
     # top-level "traceadvisor" key); None when the trace does not carry them.
     measured_unprofiled_step_us: MeasuredSteps | None = None
+    # Profiled and predicted unprofiled step time, GPU busy on both; None without steps or a GPU.
+    step_time: StepTime | None = None
+
+    @property
+    def unprofiled_step_us(self) -> float | None:
+        """The predicted unprofiled step (also written as ``traces[].unprofiled_step_us``)."""
+        return self.step_time.unprofiled_step_us if self.step_time is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -469,6 +502,8 @@ class TraceSummary:
             "warnings": list(self.warnings),
             "replay_error_pct": self.replay_error_pct,
             "measured_unprofiled_step_us": _maybe_dict(self.measured_unprofiled_step_us),
+            "unprofiled_step_us": self.unprofiled_step_us,
+            "step_time": _maybe_dict(self.step_time),
         }
 
     @classmethod
@@ -496,6 +531,7 @@ class TraceSummary:
             warnings=tuple(d["warnings"]),
             replay_error_pct=d.get("replay_error_pct"),
             measured_unprofiled_step_us=MeasuredSteps.from_dict(d.get("measured_unprofiled_step_us")),
+            step_time=StepTime.from_dict(d.get("step_time")),
         )
 
 

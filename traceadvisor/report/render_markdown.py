@@ -18,6 +18,7 @@ from traceadvisor.report.format import (
     hidden_steps_line,
     more_warnings_line,
     num,
+    step_time_line,
 )
 from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
@@ -67,6 +68,8 @@ def _trace(t: TraceSummary) -> list[str]:
     out.append(f"- GPU busy: {t.gpu_busy_pct:.1f}% ({_ms(t.gpu_busy_us)}); {t.kernel_count} kernels")
     if t.replay_error_pct is not None:
         out.append(f"- replay: steps reproduced within {t.replay_error_pct:.2f}%")
+    if (st := t.step_time) is not None:
+        out.append(f"- step: {step_time_line(st)}")
     if (m := t.measured_unprofiled_step_us) is not None:
         out.append(f"- measured unprofiled step: {_ms(m.median_us)} (median of {m.count} steps, profiler off)")
     out += [f"- warning: {_text(w)}" for w in t.warnings[:ROW_LIMIT]]

@@ -23,6 +23,7 @@ from traceadvisor.report.format import (
     hidden_steps_line,
     more_warnings_line,
     num,
+    step_time_line,
 )
 from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
@@ -93,6 +94,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
     )
     if t.replay_error_pct is not None:
         console.print(f"  replay: steps reproduced within {t.replay_error_pct:.2f}% (what-if savings rest on it)")
+    if (st := t.step_time) is not None:
+        console.print(f"  step: {step_time_line(st)}")
     if (m := t.measured_unprofiled_step_us) is not None:
         console.print(f"  measured unprofiled step: {_ms(m.median_us)} (median of {m.count} steps, profiler off)")
     for w in t.warnings[:ROW_LIMIT]:

@@ -51,7 +51,10 @@ LIBRARY_PACKAGES = frozenset(
         "onnxruntime", "nvtx", "cupy", "jax", "jaxlib", "tensorboard", "wandb", "mlflow", "hydra", "omegaconf",
         "tqdm", "typing_extensions", "sympy", "networkx", "filelock", "fsspec", "jinja2", "packaging",
         "six", "setuptools", "pkg_resources", "_pytest", "pytest", "pluggy", "IPython", "ipykernel",
-        "tornado", "zmq", "traceadvisor",
+        "tornado", "zmq", "traceadvisor", "typer", "click", "rich", "shellingham",
+        # start-up hooks installed packages put on sys.path (.pth files): setuptools' distutils shim,
+        # virtualenv's, numba-cuda's import redirector (seen in a capture's stack on the H100 machine)
+        "_distutils_hack", "_virtualenv", "_numba_cuda_redirector",
     }
 )  # fmt: skip
 # Standard-library modules (threading.py, contextlib.py, logging/...), less the few whose names a

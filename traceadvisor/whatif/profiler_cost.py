@@ -19,6 +19,7 @@ cost, GPU-bound steps keep their GPU time.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -107,14 +108,59 @@ def graph_launch_durations(trace: Trace) -> dict[int, int]:
 
 def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None) -> Overrides:
     """The replay's change that takes the profiler out: the host cost of what it recorded, and the
-    per-node cost it adds to graph launches."""
+    per-node cost it adds to graph launches. Without ``cost``: the bundled costs, scaled by the
+    trace's ``calibration``."""
+    if cost is None:
+        base, factor = ProfilerCost.bundled(), calibration(trace)
+        cost = ProfilerCost({k: v * factor for k, v in base.ns.items()}, base.fitted)
     return Overrides(
-        host_removed=profiler_time(trace, cost or ProfilerCost.bundled()),
+        host_removed=profiler_time(trace, cost),
         host_dur_ns=graph_launch_durations(trace),
     )
 
 
+def measured_unprofiled_ns(trace: Trace) -> float | None:
+    """The median step time capture or the advisor measured with the profiler off (the trace's
+    top-level ``"traceadvisor"`` key, docs/capture.md), ns; None when the trace does not carry it."""
+    key = trace.meta.traceadvisor
+    times = key.get("unprofiled_step_us") if isinstance(key, Mapping) else None
+    if not isinstance(times, list):
+        return None
+    values = sorted(float(t) for t in times if isinstance(t, int | float) and not isinstance(t, bool) and t > 0)
+    return values[len(values) // 2] * 1e3 if values else None
+
+
+@memoised
+def calibration(trace: Trace) -> float:
+    """The factor on the bundled costs that makes the unprofiled replay match the step time measured
+    outside the profiler's window, when the trace carries one (1.0 otherwise). The step time falls
+    monotonically as more host time is taken out, so a bisection over [0, 4] finds it; it stays in
+    that range because a factor far outside it means the measured steps ran different work (a
+    changing batch, a step marker elsewhere) and is not worth fitting."""
+    target = measured_unprofiled_ns(trace)
+    if target is None or not len(trace.steps.table):
+        return 1.0
+    from traceadvisor.whatif.scenarios import step_time_ns  # scenarios imports this module's neighbours
+
+    base = ProfilerCost.bundled()
+
+    def step(factor: float) -> float:
+        cost = ProfilerCost({k: v * factor for k, v in base.ns.items()}, base.fitted)
+        return step_time_ns(replay(trace, unprofiled_overrides(trace, cost)))
+
+    lo, hi = 0.0, 4.0
+    if step(lo) <= target:
+        return lo
+    if step(hi) >= target:
+        return hi
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if step(mid) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
 @memoised
 def unprofiled_replay(trace: Trace) -> Replay:
-    """The trace replayed without the profiler's host cost (memoised): the predicted unprofiled run."""
+    """The trace replayed without the profiler's host cost (memoised): the predicted unprofiled run,
+    calibrated to the measured unprofiled steps when the trace carries them."""
     return replay(trace, unprofiled_overrides(trace))

@@ -1,0 +1,45 @@
+"""The report's step time: profiled, and predicted without the profiler, with GPU busy on both.
+
+A profiled step is slower than the real one: the profiler's host cost (whatif/profiler_cost.py)
+stretches host-bound steps, and GPU busy over a stretched step reads low (a 12.2 ms step shows as
+20-25 ms and "GPU busy 46%" where the real figure is ~80%). The report shows both, so no profiled
+figure is taken for the real one. Both step times are the spacing of step ends (``step_time_ns``):
+the rate of the loop, whether the host or the GPU sets it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from traceadvisor.report.model import StepTime
+from traceadvisor.summary.units import us
+from traceadvisor.trace import intervals
+from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.replay import measured_replay
+from traceadvisor.whatif.savings import predicted_step_ns
+from traceadvisor.whatif.scenarios import step_time_ns
+
+
+def step_time(trace: Trace, dev: int | None) -> StepTime | None:
+    """``traces[].step_time``; None without steps or without a GPU."""
+    t = trace.steps.table
+    if not len(t) or dev is None:
+        return None
+    profiled = step_time_ns(measured_replay(trace), measured=True)
+    predicted = predicted_step_ns(trace)
+    if math.isnan(profiled) or profiled <= 0:
+        return None
+    # GPU work per step: the device's busy time over the steps' GPU windows, per step. The kernels
+    # keep their durations without the profiler, so the same figure divides both step times.
+    gs, ge = t["gpu_start_ns"].to_numpy(), t["gpu_end_ns"].to_numpy()
+    has = gs >= 0
+    s, e = trace.busy_intervals(dev)
+    busy = float(intervals.covered(s, e, gs[has], ge[has]).sum()) / max(int(has.sum()), 1)
+    unprofiled = None if math.isnan(predicted) or predicted <= 0 else predicted
+    return StepTime(
+        profiled_step_us=us(profiled),
+        unprofiled_step_us=us(unprofiled) if unprofiled is not None else None,
+        gpu_busy_per_step_us=us(busy),
+        gpu_busy_profiled_pct=min(100.0, 100.0 * busy / profiled),
+        gpu_busy_unprofiled_pct=min(100.0, 100.0 * busy / unprofiled) if unprofiled is not None else None,
+    )
