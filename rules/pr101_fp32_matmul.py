@@ -26,9 +26,11 @@ from traceadvisor.rules_api import (
     op_work,
     parse_raw,
     pct,
+    per_step,
+    replay_basis,
     roofline_of,
+    scenario_saving,
     us,
-    worth_reporting,
 )
 
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
@@ -46,10 +48,7 @@ RECOMMENDATION = (
 @dataclass(frozen=True)
 class Options:
     min_gemm_pct: float = 10.0  # report only when fp32 GEMMs take at least this share of kernel time
-    tf32_efficiency: float = 0.75  # share of the TF32 peak a large GEMM reaches
-    fp32_efficiency: float = 0.8  # share of the fp32 peak a large GEMM reaches (the rest of a kernel is fixed cost)
-    max_speedup: float = 8.0  # cap of the per-op speedup estimate
-    min_saving_pct: float = 0.5  # report only when the estimated saving is at least this share of the steps
+    min_saving_pct: float = 0.5  # report only when the replayed saving is at least this share of the step
 
 
 def _peaks(trace: Trace) -> tuple[float, float] | None:
@@ -89,12 +88,13 @@ class Fp32Matmul(Rule[Options]):
     The device reports compute capability 8.0 or more; `aten::mm`, `addmm`, `bmm`, `baddbmm`,
     `matmul` or `linear` ops with float inputs (`record_shapes`) launch non-tensor-core GEMM
     kernels (`sgemm`, `gemmSN`, `gemv`, or cuBLAS xmma `f32f32_f32f32 … ffma` kernels; the TF32
-    kernels are named `tf32`, `nvjet`, `wgmma`, …). The saving is each op's GPU time minus its
-    time at a realistic share of the TF32 peak, computed from the FLOPs (2·M·N·K times the batch,
-    from the input dims, by the roofline's op model); time beyond what the FLOPs need at
-    `fp32_efficiency` of the fp32 peak (latency of tiny GEMMs) is kept, and no op saves more than
-    its time × (1 − 1/max_speedup). An op whose shapes give no FLOPs is scaled by
-    fp32 peak / (`tf32_efficiency` × TF32 peak).
+    kernels are named `tf32`, `nvjet`, `wgmma`, …). The saving is the what-if replay's `tf32`
+    scenario (`traceadvisor whatif TRACE --apply tf32`): the trace's dependency graph replayed
+    without the profiler's host cost, then again with the fp32 GEMM kernels at fp32 / TF32 peak
+    FLOP/s of their time; the difference of the two step times. A GEMM off the critical path (the
+    step waits on the host, or on other streams) saves what the replay says, not its own time.
+    PR101 is about TF32 being off; running the model in bf16 (`mixed-precision`) is a further
+    step that rule reports beyond this one.
 
     ## How to fix
     Allow TF32 for matmuls: `torch.backends.cuda.matmul.allow_tf32 = True` or
@@ -104,10 +104,8 @@ class Fp32Matmul(Rule[Options]):
 
     ## Options
     - `min_gemm_pct`: report only when the fp32 GEMMs take at least this share of kernel time.
-    - `tf32_efficiency`: share of the TF32 peak assumed for the estimate (default 0.75).
-    - `fp32_efficiency`: share of the fp32 peak a large SGEMM reaches (default 0.8).
-    - `max_speedup`: cap of the per-op speedup estimate (default 8).
-    - `min_saving_pct`: report only when the estimated saving is at least this share of the steps.
+    - `min_saving_pct`: report only when the replayed saving is at least this share of the
+      predicted unprofiled step (%).
 
     ## References
     - https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices
@@ -126,15 +124,16 @@ class Fp32Matmul(Rule[Options]):
         k = trace.kernels
         if peaks is None or not len(k):
             return
-        fp32_peak, tf32_peak = peaks
         cand = _fp32_gemm_kernels(trace, k)
         ops = _fp32_ops(trace.host, cand) if len(cand) else None
         if ops is None:
             return
-        saving_ns = ops.tf32_saving_ns(fp32_peak, tf32_peak, opts)
         gemm_ns = int(ops.dur.sum())
         share = pct(gemm_ns, int(k["dur_ns"].sum()))
-        if share < opts.min_gemm_pct or not worth_reporting(trace, saving_ns, opts.min_saving_pct):
+        if share < opts.min_gemm_pct:
+            return
+        saving = scenario_saving(trace, "tf32")
+        if saving.refused or saving.share_pct < opts.min_saving_pct:
             return
         mine = cand[cand["op"].isin(ops.rows)]
         flops = ops.flops_total
@@ -148,15 +147,20 @@ class Fp32Matmul(Rule[Options]):
                 f"non-tensor-core kernels{rate} (e.g. {top_kernel[:80]}); TF32 is off."
             ),
             recommendation=RECOMMENDATION,
-            impact_ns=saving_ns,
-            basis=(
-                f"fp32 GEMM time minus the time at {opts.tf32_efficiency:.0%} of the TF32 peak "
-                f"({tf32_peak / 1e12:.0f} TFLOP/s) from 2·M·N·K, keeping the time beyond "
-                f"{opts.fp32_efficiency:.0%} of the fp32 peak"
+            per_step=per_step(saving),
+            basis=replay_basis(
+                saving,
+                f"fp32 GEMM kernels at fp32/TF32 peak FLOP/s ({peaks[0] / 1e12:.0f}/{peaks[1] / 1e12:.0f} TFLOP/s) "
+                "of their time",
             ),
             evidence=evidence_from(mine),
             location=op_location(trace, int(ops.rows[0])),
-            data={"gemm_us": us(gemm_ns), "ops": len(ops.rows), "tflops": achieved, "saving_us": us(saving_ns)},
+            data={
+                "gemm_us": us(gemm_ns),
+                "ops": len(ops.rows),
+                "tflops": achieved,
+                "saving_per_step_us": us(saving.saving_ns),
+            },
         )
 
 
@@ -184,22 +188,6 @@ class Fp32Ops:
     @property
     def flops_total(self) -> float:
         return float(np.where(~np.isnan(self.flops), self.flops, 0.0).sum())
-
-    def tf32_saving_ns(self, fp32_peak: float, tf32_peak: float, opts: Options) -> float:
-        """GPU time saved by running the ops in TF32. Time beyond what the FLOPs need at a realistic
-        fp32 rate is latency/memory cost that TF32 does not remove (tiny GEMMs); the rest shrinks to
-        the TF32 rate. Without FLOPs the whole op speeds up by the ratio of the peaks."""
-        dur_f = self.dur.astype(np.float64)
-        floor = dur_f / opts.max_speedup
-        modelled = ~np.isnan(self.flops)
-        f = np.where(modelled, self.flops, 0.0)
-        fixed = np.maximum(0.0, dur_f - f / (opts.fp32_efficiency * fp32_peak) * 1e9)
-        tf32_ns = np.where(
-            modelled,
-            np.maximum(fixed + f / (opts.tf32_efficiency * tf32_peak) * 1e9, floor),
-            np.maximum(dur_f * fp32_peak / tf32_peak / opts.tf32_efficiency, floor),
-        )
-        return float(np.maximum(0.0, dur_f - tf32_ns).sum())
 
 
 def _fp32_ops(host: pd.DataFrame, cand: pd.DataFrame) -> Fp32Ops | None:

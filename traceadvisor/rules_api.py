@@ -70,6 +70,7 @@ from traceadvisor.trace import intervals
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.precision import layout_transposes, matrix_kernels
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
 
@@ -114,7 +115,9 @@ __all__ = [
     "in_steps",
     "intervals",
     "launch_location",
+    "layout_transposes",
     "location_of",
+    "matrix_kernels",
     "names_at",
     "op_location",
     "op_work",

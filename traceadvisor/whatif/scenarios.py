@@ -17,17 +17,15 @@ from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif import precision
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
+from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, Replay, measured_replay, replay
 
 # fp32 GEMM kernels that run on CUDA cores (the kernel families rules/pr101_fp32_matmul.py names:
 # cuBLAS/CUTLASS SIMT SGEMM, gemv, sm80 xmma "ffma" kernels, f32f32_f32f32); their TF32 variants
 # (f32f32_tf32f32, "tensorop") already use the tensor cores and are left alone.
 _FP32_KERNEL = re.compile(r"sgemm|gemmSN|gemv|_ffma_|f32f32_f32f32", re.IGNORECASE)
-
-
-class Refused(Exception):
-    """A scenario that cannot be applied to this trace, with the reason."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +168,8 @@ SCENARIOS: dict[str, Scenario] = {
     "no-sync": Scenario("no-sync", ("sync-point",), no_sync, "blocking syncs inside the steps removed"),
     "tf32": Scenario("tf32", ("fp32-matmul",), tf32, "fp32 GEMM kernels at the TF32 peak rate"),
     "pinned": Scenario("pinned", ("pageable-copy",), pinned, "pageable copies from pinned memory"),
+    "bf16": Scenario("bf16", ("mixed-precision",), precision.bf16, "fp32/TF32 convs and matmuls in bf16 autocast"),
+    "channels-last": Scenario("channels-last", ("channels-last",), precision.channels_last, "NHWC convolutions"),
 }
 
 

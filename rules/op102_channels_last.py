@@ -1,0 +1,105 @@
+"""OP102: cuDNN transposes NCHW tensors to NHWC and back around every convolution."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from traceadvisor.rules_api import (
+    Capability,
+    Finding,
+    Rule,
+    Severity,
+    Trace,
+    evidence_from,
+    fmt_us,
+    layout_transposes,
+    op_location,
+    pct,
+    per_step,
+    replay_basis,
+    scenario_saving,
+    us,
+)
+
+RECOMMENDATION = (
+    "Use channels_last: model = model.to(memory_format=torch.channels_last) and "
+    "x = x.to(memory_format=torch.channels_last) for the inputs; cuDNN then runs its NHWC kernels on the "
+    "tensors as they are."
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    min_share_pct: float = 3.0  # the transposes must hold this share of kernel time
+    min_saving_pct: float = 1.0  # report only when the replayed saving is this share of the step
+
+
+class ChannelsLast(Rule[Options]):
+    """Convolutions on NCHW tensors: cuDNN transposes them to NHWC and back around every convolution.
+
+    ## Why it matters
+    The tensor-core convolution kernels cuDNN picks on Volta and newer GPUs compute in NHWC.
+    Given NCHW (PyTorch's default) tensors, cuDNN transposes the input and the filter to NHWC
+    before each convolution and the result back after it, forward and backward: pure memory
+    traffic, and, in a host-bound loop, a kernel launch each. channels_last tensors are NHWC
+    already and skip all of it.
+
+    ## How it shows up in a trace
+    Kernels named `nchwToNhwcKernel` / `nhwcToNchwKernel` (cuDNN's precompiled transposes) are
+    launched by convolution ops (`aten::cudnn_convolution`, `aten::convolution_backward`) and hold
+    at least `min_share_pct` of kernel time; the convolution kernels themselves are the NHWC
+    implicit GEMMs (`…nhwckrsc_nhwc…`). The saving is the what-if replay's `channels-last`
+    scenario (`traceadvisor whatif TRACE --apply channels-last`): the transposes take no GPU time
+    and no host time for their launches; the convolution kernels keep their time (they are the
+    same NHWC kernels). Other layout effects (batch norm's NHWC kernels, pooling) are not counted.
+
+    ## How to fix
+    Convert the model and its inputs to channels_last:
+    `model.to(memory_format=torch.channels_last)` and
+    `x.to(memory_format=torch.channels_last)`. Convolutions, batch norm, ReLU and pooling keep the
+    layout; the first view or reshape to a flat tensor (before the classifier) returns to NCHW.
+
+    ## Options
+    - `min_share_pct`: the transposes must hold at least this share of kernel time (%).
+    - `min_saving_pct`: report only when the replayed saving is at least this share of the
+      predicted unprofiled step (%).
+
+    ## References
+    - https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html
+    - https://docs.nvidia.com/deeplearning/performance/dl-performance-convolutional/index.html#tensor-layout
+    """
+
+    code = "OP102"
+    name = "channels-last"
+    severity = Severity.medium
+    requires = frozenset({Capability.gpu, Capability.steps})
+
+    def check(self, trace: Trace) -> Iterator[Finding]:
+        opts = self.options
+        k = trace.kernels
+        tk = layout_transposes(trace) if len(k) else k
+        if not len(tk):
+            return
+        t_ns = float(tk["dur_ns"].sum())
+        share = pct(t_ns, float(k["dur_ns"].sum()))
+        if share < opts.min_share_pct:
+            return
+        saving = scenario_saving(trace, "channels-last")
+        if saving.refused or saving.share_pct < opts.min_saving_pct:
+            return
+        steps = max(1, len(trace.steps.table))
+        convs = tk["op"].nunique()
+        yield self.finding(
+            trace,
+            message=(
+                f"cuDNN transposed NCHW tensors to NHWC and back around {convs // steps} convolution ops per step: "
+                f"{len(tk) // steps} transpose kernels, {fmt_us(t_ns / steps)} per step ({share:.0f}% of kernel time)."
+            ),
+            recommendation=RECOMMENDATION,
+            per_step=per_step(saving),
+            basis=replay_basis(saving, "cuDNN's layout transposes and their launches removed"),
+            evidence=evidence_from(tk),
+            location=op_location(trace, int(tk["op"].iat[0])),
+            data={"transpose_us_per_step": us(t_ns / steps), "transposes": len(tk), "share_pct": share},
+        )
