@@ -24,7 +24,9 @@ from traceadvisor.rules_api import (
     op_location,
     parse_raw,
     pct,
-    roofline_of,
+    per_step,
+    replay_basis,
+    scenario_saving,
     us,
 )
 
@@ -43,20 +45,7 @@ RECOMMENDATION = (
 class Options:
     min_seq: int = 128  # score matrices smaller than this (L or S) are not worth a fused kernel
     min_share_pct: float = 5.0  # report only when the score path takes this share of kernel time
-    flash_efficiency: float = 0.4  # share of the tensor-core peak a fused attention kernel reaches
-
-
-def _peak(trace: Trace, dtype: str) -> float | None:
-    """Dense tensor-core FLOP/s for the attention's dtype (``bf16``, ``fp16``; fp32 runs as TF32) from
-    the shared peak table (``traceadvisor/roofline/gpus.py``; a device profile or configuration
-    replaces it). Falls back to fp16 (no bf16 before sm80) and to the fp32 rate (no TF32)."""
-    peaks = roofline_of(trace).peaks
-    if peaks is None:
-        return None
-    f = peaks.flops
-    if dtype in ("bf16", "fp16"):
-        return f.get(dtype) or f.get("fp16")
-    return f.get("tf32") or f.get("fp32")
+    min_saving_pct: float = 1.0  # report only when the replayed saving is this share of the step
 
 
 def _unfused_scores(ops: pd.DataFrame, min_seq: int) -> tuple[set[Score], str]:
@@ -99,7 +88,6 @@ class ScoreRole:
 
     hit: bool = False  # reads or writes score-shaped tensors: on the score path
     matmul: bool = False  # a matrix product on the score path (Q·Kᵀ, P·V or their backward)
-    fwd_flops: float = 0.0  # FLOPs of a product that writes the scores (Q·Kᵀ, or dP in the backward)
     softmax_bwd: bool = False  # the softmax backward of the scores
 
 
@@ -118,14 +106,12 @@ def _score_role(name: str, dims_raw: Any, scores: set[Score]) -> ScoreRole:
         out = (_batched(a)[0], a[-2], b[-1])
         ins = (_batched(a), _batched(b))
         hit = False
-        flops = 0.0
         for bh, lq, sk in scores:
             if out == (bh, lq, sk):  # Q·Kᵀ produces the scores
                 hit = True
-                flops += 2.0 * bh * lq * sk * a[-1]
             elif any(i in ((bh, lq, sk), (bh, sk, lq)) for i in ins):  # P·V and the backward
                 hit = True
-        return ScoreRole(hit=hit, matmul=hit, fwd_flops=flops)
+        return ScoreRole(hit=hit, matmul=hit)
     if shapes:  # softmax, the elementwise ops on the scores (mask, scale, dropout) and their backward
         hit = _batched(shapes[0]) in scores
         return ScoreRole(hit=hit, softmax_bwd=hit and name in SOFTMAX_BWD_OPS)
@@ -147,8 +133,11 @@ class UnfusedAttention(Rule[Options]):
     shape, and no SDPA / flash / efficient / cuDNN attention op in the trace's launching ops. The
     score path is the GPU time of the kernels launched by ops that read or write score-shaped
     tensors: the two matmuls, softmax, the elementwise ops on the scores, and their backward. The
-    saving is that time minus a fused estimate: 4·B·H·L·S·D FLOPs forward (plus 2.5× for the
-    backward when a softmax backward is present) at `flash_efficiency` of the tensor-core peak.
+    saving is a what-if replay (scenario `sdpa`, `traceadvisor whatif`): each run of score-path
+    kernels becomes one flash-attention kernel doing the run's matmul FLOPs (5/4 of them for the
+    backward, which recomputes Q·Kᵀ) at 0.6 of the FLOP/s the trace's own GEMMs reach (cuDNN's
+    flash kernels against the projections' GEMMs on an H100), and the run's eager ops one
+    dispatch; the replayed unprofiled step before minus after.
 
     ## How to fix
     Replace the matmul/softmax/matmul block with
@@ -159,7 +148,8 @@ class UnfusedAttention(Rule[Options]):
     ## Options
     - `min_seq`: minimum L and S of the score matrix.
     - `min_share_pct`: report only when the score path takes at least this share of kernel time.
-    - `flash_efficiency`: share of the tensor-core peak assumed for the fused kernel (default 0.4).
+    - `min_saving_pct`: report only when the replayed saving is at least this share of the
+      predicted unprofiled step (default 1%).
 
     ## References
     - https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html
@@ -187,10 +177,11 @@ class UnfusedAttention(Rule[Options]):
         mine = k[k["op"].isin(path.rows)]
         path_ns = float(mine["dur_ns"].sum())
         share = pct(path_ns, float(k["dur_ns"].sum()))
-        peak = _peak(trace, dtype) if share >= opts.min_share_pct else None
-        if not peak:
+        if share < opts.min_share_pct:
             return
-        fused_ns = path.fused_flops / (opts.flash_efficiency * peak) * 1e9
+        saving = scenario_saving(trace, "sdpa")
+        if saving.refused or saving.share_pct < opts.min_saving_pct:
+            return
         bh, lq, sk = max(scores, key=lambda t: t[0] * t[1] * t[2])
         yield self.finding(
             trace,
@@ -200,15 +191,11 @@ class UnfusedAttention(Rule[Options]):
                 f"without a fused SDPA kernel."
             ),
             recommendation=RECOMMENDATION,
-            impact_ns=max(0.0, path_ns - fused_ns),
-            basis=(
-                f"score-path kernel time minus a fused kernel at {opts.flash_efficiency:.0%} of the "
-                f"{dtype if dtype != 'fp32' else 'TF32'} tensor-core peak ({peak / 1e12:.0f} TFLOP/s; "
-                f"{path.fused_flops / 1e9:.0f} GFLOP)"
-            ),
+            per_step=per_step(saving),
+            basis=replay_basis(saving, f"score-path kernels ({dtype}) replaced by one flash-attention kernel per run"),
             evidence=evidence_from(mine),
             location=op_location(trace, path.rows[0]),
-            data={"score_path_us": us(path_ns), "fused_us": us(fused_ns), "backward": path.backward, "L": lq, "S": sk},
+            data={"score_path_us": us(path_ns), "backward": path.backward, "L": lq, "S": sk},
         )
 
 
@@ -218,15 +205,7 @@ class ScorePath:
 
     rows: list[int]  # host rows of the ops that read or write score-shaped tensors, in row order
     matmuls: int  # matrix products among them
-    fwd_flops: float  # FLOPs of the products that write the scores
     backward: bool  # a softmax backward of the scores ran
-
-    @property
-    def fused_flops(self) -> float:
-        """FLOPs of a fused kernel: P·V costs as much as Q·Kᵀ, and the fused backward about 2.5× the
-        forward. With a backward, dP = dO·Vᵀ also writes score-shaped output: halve to keep Q·Kᵀ."""
-        fwd = self.fwd_flops / 2.0 if self.backward else self.fwd_flops
-        return 2.0 * fwd * (3.5 if self.backward else 1.0)
 
 
 def _score_path(host: pd.DataFrame, k: pd.DataFrame, scores: set[Score]) -> ScorePath:
@@ -243,6 +222,5 @@ def _score_path(host: pd.DataFrame, k: pd.DataFrame, scores: set[Score]) -> Scor
     return ScorePath(
         rows=launching_rows[hit[sig]].tolist(),
         matmuls=int(count[np.array([r.matmul for r in roles], dtype=bool)].sum()),
-        fwd_flops=float(np.array([r.fwd_flops for r in roles], dtype=np.float64) @ count),
         backward=any(r.softmax_bwd for r in roles),
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from math import prod
 
 import numpy as np
 import numpy.typing as npt
@@ -12,7 +11,6 @@ import pandas as pd
 
 from traceadvisor.rules_api import (
     MULTI_TENSOR_MARKS,
-    PROFILER_EVENT_US,
     Capability,
     Evidence,
     Finding,
@@ -24,17 +22,12 @@ from traceadvisor.rules_api import (
     event_location,
     fmt_us,
     idle_of,
-    parse_raw,
-    recoverable_per_gap,
+    per_step,
+    replay_basis,
+    scenario_saving,
     us,
 )
 
-# HBM bandwidth (bytes/s) from NVIDIA datasheets, by device name; fallback by compute capability.
-BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "H800": 3.35e12, "A100": 2.0e12, "A10": 0.6e12, "L40S": 0.864e12}
-BANDWIDTH_BY_MAJOR = {7: 0.9e12, 8: 1.5e12, 9: 3.35e12}
-_DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2}
-# fp32 Adam reads param, grad, exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq.
-ACCESSES_PER_ELEMENT = 7
 OPTIMIZER_STEP = "Optimizer.step#"  # the annotation torch.optim puts around each step() call
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -45,9 +38,8 @@ RECOMMENDATION = (
     "remove foreach=False."
 )
 BASIS = (
-    "per step: the larger of the GPU idle while the host ran the per-tensor optimizer loop (less the "
-    "profiler's own {:g} µs per recorded event) and the optimizer kernels' GPU time beyond a fused update "
-    "moving the optimizer state at {:.0%} of {:.2f} TB/s"
+    "each per-tensor optimizer step's kernels replaced by multi_tensor_apply launches moving the optimizer "
+    "state once at the bandwidth the trace's big kernels reach, its host time by a fused step's"
 )
 
 
@@ -55,17 +47,7 @@ BASIS = (
 class Options:
     min_kernels: int = 32  # optimizer steps with fewer kernels are not worth fusing
     min_kernels_per_param: float = 3.0  # kernels per parameter tensor that mark a per-tensor loop
-    bandwidth_efficiency: float = 0.7  # share of the HBM bandwidth a fused optimizer kernel reaches
-    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
-
-
-def _bandwidth(trace: Trace) -> float:
-    props = trace.device_properties() or {}
-    name = str(props.get("name", ""))
-    for key in sorted(BANDWIDTH, key=len, reverse=True):
-        if key in name:
-            return BANDWIDTH[key]
-    return BANDWIDTH_BY_MAJOR.get(int(props.get("computeMajor", 0) or 0), 1.0e12)
+    min_saving_pct: float = 1.0  # report only when the replayed saving is this share of the step
 
 
 class OptimizerNotFused(Rule[Options]):
@@ -85,11 +67,12 @@ class OptimizerNotFused(Rule[Options]):
     parameter count is the count of the most repeated op, e.g. `aten::addcdiv_`); Python frames
     named `_single_tensor_*` (with_stack) are shown when present. The rule claims the idle gaps
     the attribution gives to the per-tensor optimizer step (the host was in its Python loop when
-    the GPU ran dry). The saving per step is the larger of that idle, less the profiler's own
-    host cost of the events recorded in it (`profiler_event_us` each), and the GPU time of the
-    step's kernels beyond a fused update: the bytes the update moves (7 accesses per element for
-    Adam, from the input dims) at `bandwidth_efficiency` of the HBM bandwidth, or a quarter of the
-    kernels' GPU time without shapes.
+    the GPU ran dry). The saving per step is a what-if replay (scenario `fused-optimizer`,
+    `traceadvisor whatif`): each such step's kernels replaced by `multi_tensor_apply` launches
+    (one per 36 tensors for Adam) moving the optimizer state once (7 accesses per element for Adam,
+    from the input dims) at the bandwidth the trace's own big kernels reach, and the step's host
+    time by what a fused step keeps (its Python loop over the parameters, 12.8 µs per tensor);
+    the replayed unprofiled step before minus after, so a loop off the critical path saves nothing.
 
     ## How to fix
     Construct the optimizer with `fused=True` (Adam, AdamW, SGD, Adagrad on CUDA), e.g.
@@ -99,9 +82,8 @@ class OptimizerNotFused(Rule[Options]):
     ## Options
     - `min_kernels`: optimizer steps with fewer kernels are not reported.
     - `min_kernels_per_param`: kernels per parameter tensor that mark a per-tensor loop.
-    - `bandwidth_efficiency`: share of the HBM bandwidth a fused update reaches (default 0.7).
-    - `profiler_event_us`: the profiler's host cost per recorded op, annotation or Python frame
-      (default 3 µs, measured on the fixtures' before/after pairs with record_shapes and with_stack).
+    - `min_saving_pct`: report only when the replayed saving is at least this share of the
+      predicted unprofiled step (default 1%).
 
     ## References
     - https://pytorch.org/docs/stable/optim.html#algorithms (foreach and fused implementations)
@@ -126,22 +108,21 @@ class OptimizerNotFused(Rule[Options]):
         flagged = st.per_tensor_loops(opts)
         if not flagged.any():
             return
-        bw = _bandwidth(trace)
-        fused = _fused_ns(trace, st, flagged, opts.bandwidth_efficiency * bw)
+        saving = scenario_saving(trace, "fused-optimizer")
+        if saving.refused or saving.share_pct < opts.min_saving_pct:
+            return
         gaps = idle_of(trace, IdleCause.optimizer)
-        idle = _idle_per_step(ann, gaps, opts.profiler_event_us)[flagged]
-        saving = np.maximum(idle, np.maximum(st.gpu_ns[flagged] - fused[flagged], 0.0))
         idx = np.flatnonzero(flagged)
         first = ann.iloc[int(idx[0])]
         optimizer = str(first["name"]).split("#", 1)[1].split(".")[0]
         idle_raw = int(gaps[np.isin(gaps["host_row"].to_numpy(), ann.index.to_numpy()[flagged])]["dur_ns"].sum())
-        found = _flagged(trace, st, flagged, idle_raw, float(saving.sum()))
+        found = _flagged(trace, st, flagged, idle_raw, saving.saving_ns)
         yield self.finding(
             trace,
             message=found.message(optimizer),
             recommendation=RECOMMENDATION.format(optimizer or "AdamW"),
-            impact_ns=found.saving_ns,
-            basis=BASIS.format(opts.profiler_event_us, opts.bandwidth_efficiency, bw / 1e12),
+            per_step=per_step(saving),
+            basis=replay_basis(saving, BASIS),
             evidence=_evidence(st, idx[:5]),
             location=event_location(trace, first),
             data=found.data(),
@@ -217,29 +198,6 @@ def _has_multi_tensor_ops(host: pd.DataFrame, ann: pd.DataFrame) -> BOOL:
     return np.asarray(np.bincount(in_step + 1, minlength=len(ann) + 1)[1:] > 0)
 
 
-def _fused_ns(trace: Trace, st: OptimizerSteps, flagged: BOOL, bytes_per_s: float) -> F64:
-    """Per step: the time of a fused update moving the optimizer state at ``bytes_per_s`` (from the
-    input dims of the flagged steps' most repeated op), or a quarter of the kernels' GPU time
-    without shapes."""
-    ops = st.ops
-    at_ann = ops["ann"].to_numpy()
-    top_rows = ops[flagged[at_ann] & (ops["code"].to_numpy() == st.top_code[at_ann])]
-    moved = np.bincount(
-        top_rows["ann"].to_numpy(),
-        weights=_bytes_moved(trace.host.loc[top_rows["op"].to_numpy(), ["input_dims", "input_types"]]),
-        minlength=len(st.ann),
-    )
-    return np.where(moved > 0, moved / bytes_per_s * 1e9, st.gpu_ns / 4.0)
-
-
-def _idle_per_step(ann: pd.DataFrame, gaps: pd.DataFrame, profiler_event_us: float) -> F64:
-    """Per optimizer step: the idle of the gaps held by it, less the profiler's own cost."""
-    gap_ann = pd.Index(ann.index.to_numpy()).get_indexer(gaps["host_row"].to_numpy())
-    recoverable = recoverable_per_gap(gaps, profiler_event_us)
-    idle = np.bincount(gap_ann[gap_ann >= 0], weights=recoverable[gap_ann >= 0], minlength=len(ann))
-    return np.asarray(idle, dtype=np.float64)
-
-
 @dataclass(frozen=True)
 class Flagged:
     """What the flagged optimizer steps show, for the message and the finding's data."""
@@ -249,7 +207,7 @@ class Flagged:
     params: int  # parameter tensors (the most in one step)
     single_tensor_frames: bool
     idle_ns: int  # GPU idle while the host ran the loop, as recorded
-    saving_ns: float  # the saving over all flagged steps
+    saving_ns: float  # the replayed saving per step
 
     def message(self, optimizer: str) -> str:
         frames_txt = "; _single_tensor_ frames seen" if self.single_tensor_frames else ""
@@ -257,7 +215,7 @@ class Flagged:
             f"{optimizer}.step runs per parameter: {self.kernels_per_step:.0f} kernels per step for "
             f"~{self.params} parameter tensors ({self.kernels_per_step / self.params:.1f} per tensor), "
             f"no foreach/fused ops{frames_txt}. The GPU idled {fmt_us(self.idle_ns)} while the host looped over "
-            f"the parameters; a fused update would save about {fmt_us(self.saving_ns / self.steps)} per step."
+            f"the parameters; a fused update would save about {fmt_us(self.saving_ns)} per step (replayed)."
         )
 
     def data(self) -> dict[str, object]:
@@ -267,7 +225,7 @@ class Flagged:
             "params": self.params,
             "single_tensor_frames": self.single_tensor_frames,
             "idle_us": us(self.idle_ns),
-            "saving_per_step_us": us(self.saving_ns / self.steps),
+            "saving_per_step_us": us(self.saving_ns),
         }
 
 
@@ -313,23 +271,6 @@ def _holding(spans: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarr
         ok = j >= 0
         ok[ok] = ts[sel][ok] <= end[j[ok]]
         out[sel[ok]] = pos[j[ok]]
-    return out
-
-
-def _bytes_moved(inputs: pd.DataFrame) -> np.ndarray:
-    """Bytes one fused update moves for each op (first input's elements × dtype size × accesses).
-
-    Parameter shapes repeat every step: each distinct (dims, types) pair is parsed once.
-    """
-    dims_code, dims = pd.factorize(inputs["input_dims"], use_na_sentinel=False)
-    types_code, types = pd.factorize(inputs["input_types"], use_na_sentinel=False)
-    pairs, which = np.unique(dims_code * len(types) + types_code, return_inverse=True)
-    per_pair = np.zeros(len(pairs))
-    for i, key in enumerate(pairs.tolist()):  # distinct shapes, not events
-        d, t = parse_raw(dims[key // len(types)]), parse_raw(types[key % len(types)])
-        size = _DTYPE_BYTES.get(str(t[0]) if t else "float", 4)
-        per_pair[i] = float(prod(d[0]) * size * ACCESSES_PER_ELEMENT) if d and d[0] else 0.0
-    out: np.ndarray = per_pair[which.reshape(-1)]
     return out
 
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.rules_api import (
@@ -24,10 +23,12 @@ from traceadvisor.rules_api import (
     op_location,
     parse_raw,
     pct,
+    per_step,
     plural,
+    replay_basis,
     roofline_of,
+    scenario_saving,
     us,
-    worth_reporting,
 )
 
 _CLASS_WORDS = {
@@ -54,9 +55,8 @@ _FUSED_KERNELS = (
 
 @dataclass(frozen=True)
 class Options:
-    min_saving_pct: float = 1.0  # report only when the fusion saving is at least this share of the steps
-    fused_bandwidth_efficiency: float = 0.8  # share of peak bandwidth a fused kernel reaches
-    max_gap_us: float = 100.0  # kernels further apart on a stream are not one chain
+    min_saving_pct: float = 1.0  # report only when the replayed saving is at least this share of the step
+    max_gap_us: float = 100.0  # kernels further apart on a stream are not one chain (in the message)
     top_ops: int = 5  # ops named in the message
 
 
@@ -81,11 +81,14 @@ class MemoryBound(Rule[Options]):
     input with as many elements as the previous output) and starts within `max_gap_us`; any
     other kernel in between breaks it. Kernels other rules own are left out: those of ops inside
     `Optimizer.*` annotations (`optimizer-not-fused`) and, when attention runs unfused, those on
-    score-sized tensors (`unfused-attention`). The saving of a chain is its kernel time minus
-    the time of one fused kernel: the chain's bytes less the write and re-read of every
-    intermediate tensor, at `fused_bandwidth_efficiency` of the peak bandwidth (and no faster
-    than its FLOPs at that share of the fp32 peak or a 3 µs kernel floor). The message names the
-    hottest memory-bound ops with their achieved bandwidth against the peak.
+    score-sized tensors (`unfused-attention`). The saving is a what-if replay (scenario
+    `fuse-elementwise`, `traceadvisor whatif`, on the chains found with the default `max_gap_us`):
+    each chain becomes one kernel moving the chain's bytes less the write and re-read of every
+    intermediate tensor at the bandwidth the trace's own big memory-bound kernels reach (no
+    faster than its FLOPs or a 3 µs kernel floor), and its eager ops one dispatch; the saving is
+    the replayed unprofiled step before minus after, so chains off the critical path (a host-bound
+    step) save nothing. The message names the hottest memory-bound ops with their achieved
+    bandwidth against the peak.
 
     ## How to fix
     Compile the code that runs the chain: `model = torch.compile(model)` (or decorate the
@@ -97,8 +100,8 @@ class MemoryBound(Rule[Options]):
     `.float()` copies between ops.
 
     ## Options
-    - `min_saving_pct`: report only when the estimated fusion saving is at least this share of the steps.
-    - `fused_bandwidth_efficiency`: share of the peak memory bandwidth a fused kernel reaches (default 0.8).
+    - `min_saving_pct`: report only when the replayed saving is at least this share of the
+      predicted unprofiled step.
     - `max_gap_us`: kernels further apart than this on a stream are not one chain.
     - `top_ops`: how many memory-bound ops the message names.
 
@@ -125,28 +128,26 @@ class MemoryBound(Rule[Options]):
         chains = fusion_chains(trace, k[_eligible(trace, k)], opts.max_gap_us * 1000.0) if len(k) else k.iloc[:0]
         if not len(chains):
             return
-        eff = opts.fused_bandwidth_efficiency
-        chains["saving_ns"] = _savings(chains, eff * peaks.bytes_per_s, eff * (peaks.flops.get("fp32") or np.inf))
-        saving = float(chains["saving_ns"].sum())
-        if not worth_reporting(trace, saving, opts.min_saving_pct):
+        replayed = scenario_saving(trace, "fuse-elementwise")
+        if replayed.refused or replayed.share_pct < opts.min_saving_pct:
             return
         all_k = trace.kernels
         kernel_ns = float(all_k.loc[(all_k["ts_ns"] >= lo) & (all_k["ts_ns"] < hi), "dur_ns"].sum())
         found = _summary(k, chains, kernel_ns, peaks.memory_bandwidth_gbs, opts.top_ops)
-        bw_source = _short(peaks.sources.get("memory_bandwidth", ""))
         yield self.finding(
             trace,
             message=found.message(),
             recommendation=_recommendation(trace),
-            impact_ns=saving,
-            basis=(
-                f"kernel time of {plural(len(chains), 'producer→consumer chain')} of fusible memory-bound ops "
-                f"minus one fused kernel per chain moving {found.after_gb:.2f} GB instead of {found.before_gb:.2f} GB "
-                f"at {eff:.0%} of the peak bandwidth ({found.bw:.0f} GB/s, {bw_source})"
+            per_step=per_step(replayed),
+            basis=replay_basis(
+                replayed,
+                f"{plural(len(chains), 'producer→consumer chain')} of fusible memory-bound ops, each one fused "
+                f"kernel moving {found.after_gb:.2f} GB instead of {found.before_gb:.2f} GB at the bandwidth the "
+                "trace's big kernels reach, its eager ops one dispatch",
             ),
             evidence=evidence_from(all_k.loc[found.in_chain.index], category="kernel"),
-            location=op_location(trace, int(chains.at[chains["saving_ns"].idxmax(), "first_op"])),
-            data=found.data(saving),
+            location=op_location(trace, int(chains.at[chains["dur_ns"].idxmax(), "first_op"])),
+            data=found.data(replayed.saving_ns),
         )
 
 
@@ -161,19 +162,6 @@ def _runs(trace: Trace, marks: tuple[str, ...]) -> bool:
         return False
     pattern = "|".join(marks)
     return bool(category_mask(trace.ops["name"], lambda names: names.str.contains(pattern)).any())
-
-
-def _savings(chains: pd.DataFrame, bytes_per_s: float, flops_per_s: float) -> npt.NDArray[np.float64]:
-    """Each chain's kernel time minus one fused kernel: its bytes less the intermediates at the fused
-    rate, no faster than its FLOPs allow nor than the latency floor of a kernel."""
-    fused_ns = np.maximum.reduce(
-        [
-            chains["fused_bytes"].to_numpy() / bytes_per_s * 1e9,
-            chains["flops"].to_numpy() / flops_per_s * 1e9,
-            np.full(len(chains), LATENCY_FLOOR_NS),
-        ]
-    )
-    return np.asarray(np.maximum(0.0, chains["dur_ns"].to_numpy() - fused_ns), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -411,8 +399,3 @@ def _top_ops(mem: pd.DataFrame, bandwidth_gbs: float, n: int) -> list[dict[str, 
             }
         )
     return out
-
-
-def _short(source: str) -> str:
-    """``datasheet: NVIDIA H100 … datasheet (…), https://…`` → ``datasheet``."""
-    return source.split(":", 1)[0] if source else "unknown source"

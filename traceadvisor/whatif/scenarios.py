@@ -17,7 +17,7 @@ from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif import precision
+from traceadvisor.whatif import fusion, precision
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, Replay, measured_replay, replay
@@ -170,6 +170,10 @@ SCENARIOS: dict[str, Scenario] = {
     "pinned": Scenario("pinned", ("pageable-copy",), pinned, "pageable copies from pinned memory"),
     "bf16": Scenario("bf16", ("mixed-precision",), precision.bf16, "fp32/TF32 convs and matmuls in bf16 autocast"),
     "channels-last": Scenario("channels-last", ("channels-last",), precision.channels_last, "NHWC convolutions"),
+    "fused-optimizer": Scenario("fused-optimizer", ("optimizer-not-fused",), fusion.fused_optimizer, "multi-tensor"),
+    "sdpa": Scenario("sdpa", ("unfused-attention",), fusion.sdpa, "matmul/softmax/matmul as one flash kernel"),
+    "fuse-elementwise": Scenario("fuse-elementwise", ("memory-bound",), fusion.fuse_elementwise, "chains fused"),
+    "fused-cross-entropy": Scenario("fused-cross-entropy", ("cross-entropy",), fusion.fused_cross_entropy, "fused CE"),
 }
 
 
