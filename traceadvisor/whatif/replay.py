@@ -274,15 +274,12 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
     launch_ref = np.where(is_blocking[lrow], rt_ts[lrow], rt_end[lrow])
     keys = _stream_keys(gpu, rows)
     floor = _unlaunched_floor(gpu, rows)
+    waits, held = _consistent_waits(gpu, _event_waits(trace, rows))
+    if held:
+        at = pd.Index(rows).get_indexer(np.fromiter(held, dtype=np.int64))
+        floor[at] = np.maximum(floor[at], np.fromiter(held.values(), dtype=np.int64))
     release = np.maximum(_measured_release(gpu, rows, keys, launch_ref), floor)
     meas_start, meas_end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
-    # A record cannot have waited for work that ended after it started: such a pairing is wrong
-    # (an inferred wait matched to the wrong record), and keeping it would move the record early.
-    waits = {
-        r: kept
-        for r, srcs in _event_waits(trace, rows).items()
-        if (kept := [a for a in srcs if meas_end[a] <= meas_start[r]])
-    }
     if waits:
         pos = {r: i for i, r in enumerate(rows.tolist())}
         for r, srcs in waits.items():
@@ -306,6 +303,45 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
     ov = replace(ov, host_dur_ns={int(r): ov.host_dur_ns[int(r)] for r in host.tolist()})
     calls = np.union1d(calls, host).astype(np.int64)
     _loop(trace, rows, lrow, keys, delay, dur, launch_ref, floor, waits, calls, ov, start, end, shifts)
+
+
+def _consistent_waits(gpu: pd.DataFrame, raw: dict[int, list[int]]) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """The event waits with each impossible source replaced, and the floors that replace some.
+
+    A record cannot have waited for work that ended after it started: such a source is the wrong
+    record on the right stream (the event was recorded on that stream before the source was queued:
+    an inferred wait pairs the call with the last launch before it, and a trace without cuda_sync
+    events does not say when the event was recorded). The record waited for the latest work on
+    that stream that had ended by its start: a launched record becomes the source; work queued
+    before the profiler's window (no launch, measured times kept) becomes a floor on the record's
+    release (returned as gpu row -> ns). HTA's rank0: a side stream waits for ~150 ms of default
+    stream work queued before the window; dropping the wait replayed its steps 31% short.
+    """
+    meas_start, meas_end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    dev, stream, launched = gpu["device"].to_numpy(), gpu["stream"].to_numpy(), gpu["launch"].to_numpy() >= 0
+    waits: dict[int, list[int]] = {}
+    held: dict[int, int] = {}
+    by_stream: dict[tuple[int, int], tuple[I64, I64]] = {}  # rows of a stream sorted by end, and the ends
+    for r, srcs in raw.items():
+        kept = [a for a in srcs if meas_end[a] <= meas_start[r]]
+        for a in (a for a in srcs if meas_end[a] > meas_start[r]):
+            key = (int(dev[a]), int(stream[a]))
+            if key not in by_stream:
+                mine = np.flatnonzero((dev == key[0]) & (stream == key[1]))
+                mine = mine[np.argsort(meas_end[mine], kind="stable")]
+                by_stream[key] = (mine, meas_end[mine])
+            mine, ends = by_stream[key]
+            k = int(np.searchsorted(ends, meas_start[r], side="right")) - 1
+            if k < 0:
+                continue
+            b = int(mine[k])
+            if launched[b]:
+                kept.append(b)
+            else:
+                held[r] = max(held.get(r, 0), int(meas_end[b]))
+        if kept:
+            waits[r] = sorted(set(kept))
+    return waits, held
 
 
 def _unlaunched_floor(gpu: pd.DataFrame, rows: I64) -> I64:
