@@ -566,6 +566,57 @@ def render(summary: list[dict], info: dict, cfg: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+# --------------------------------------------------------------------------- replay overhead
+REPLAY_SIZES = (100, 1000)  # issue 12: what the replay adds to analyze at 100 MB and 1 GB
+
+
+def replay_overheads(py: str, sizes: list[int], traces: dict, repeat: int, timeout: float) -> dict[int, dict]:
+    """bench/replay_overhead.py on each of the 100 MB and 1 GB traces benchmarked: analyze with and
+    without the replay, interleaved in one process (a separate process per size)."""
+    out: dict[int, dict] = {}
+    for s in (s for s in sizes if s in REPLAY_SIZES):
+        with tempfile.TemporaryDirectory(prefix="ta-replay-") as tmp:
+            figures = Path(tmp) / "replay.json"
+            cmd = [py, str(REPO / "bench" / "replay_overhead.py"), "--trace", str(traces[s]["path"])]
+            cmd += ["--repeat", str(max(1, repeat)), "--max-overhead", "inf", "--json", str(figures)]
+            r = measure(cmd, timeout)
+            if r["rc"] != 0 or not figures.is_file():
+                out[s] = {"error": r.get("error") or f"rc={r['rc']}: {r.get('stderr_tail', '')[-300:]}"}
+            else:
+                out[s] = {**json.loads(figures.read_text()), "peak_rss_bytes": r["peak_rss_bytes"]}
+        print(f"[bench] replay overhead {s} MB: {out[s].get('overhead_pct', out[s].get('error'))}", flush=True)
+    return out
+
+
+def render_replay(replay: dict[int, dict]) -> str:
+    """The replay section of the table ('' when not measured)."""
+    if not replay:
+        return ""
+    L = ["", "### What the replay adds to analyze (issue 12: at most +25%)", ""]
+    L.append(
+        "| Trace | GPU records | analyze without s | analyze with s | overhead | replays in analyze (s) "
+        "| unchanged replay alone s | peak MB |"
+    )
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for s, f in sorted(replay.items()):
+        if "error" in f:
+            L.append(f"| {s} MB | failed: {f['error']} |||||||")
+            continue
+        L.append(
+            f"| {s} MB | {f['gpu_records']} | {f['median_without_s']:.3f} | {f['median_with_s']:.3f} "
+            f"| {f['overhead_pct']:+.1f}% | {f['replays_in_analyze']} ({f['replays_in_analyze_s']:.3f}) "
+            f"| {f['replay_alone_s']:.3f} | {f['peak_rss_bytes'] / MB:.0f} |"
+        )
+    L.append("")
+    L.append(
+        "bench/replay_overhead.py in one process per size: `pipeline.analyze` with every replay (the unchanged "
+        "trace's replay_error_pct, the unprofiled step, the rules' what-if savings) and with the replay's stages "
+        "replaced by the measured times, interleaved, medians of the repeats; unchanged replay alone = one "
+        "replay of the loaded trace."
+    )
+    return "\n".join(L) + "\n"
+
+
 # --------------------------------------------------------------------------- stand-in
 
 
@@ -656,6 +707,11 @@ def main(argv=None) -> int:
         help="{output} for the traceadvisor command (default: a fresh temporary folder's report.json, "
         "checked to be JSON, then deleted). Not /dev/null: the CLI's atomic write renames a temporary "
         "file over it and replaces the device with a regular file",
+    )
+    ap.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="do not measure what the replay adds to analyze (bench/replay_overhead.py on the 100 MB and 1 GB traces)",
     )
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     ap.add_argument("--source", help="source trace for make_traces.py (default: its own default)")
@@ -834,7 +890,8 @@ def main(argv=None) -> int:
     cfg["fits"] = {t: linear_fit(summary, t) for t in ("ta", "ta_py", "orjson")}
     info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
 
-    table = render(summary, info, cfg)
+    replay = {} if args.no_replay else replay_overheads(py, sizes, traces, args.repeat, args.timeout)
+    table = render(summary, info, cfg) + render_replay(replay)
     print()
     print(table)
     if args.markdown:
@@ -845,6 +902,7 @@ def main(argv=None) -> int:
             "config": cfg,
             "traces": {s: {"path": str(traces[s]["path"]), **traces[s]["marker"]} for s in sizes},
             "summary": summary,
+            "replay_overhead": replay,
             "runs": [r for s in sizes for t in TOOLS for r in runs[s][t]],
         }
         args.json.write_text(json.dumps(raw, indent=1, default=str) + "\n")
