@@ -1,4 +1,5 @@
-"""``traceadvisor whatif TRACE --apply no-sync,tf32,pinned``: predicted step time per scenario (docs/whatif.md)."""
+"""``traceadvisor whatif TRACE --apply cuda-graphs,no-sync,...``: predicted unprofiled step time per scenario
+(docs/whatif.md)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ import typer
 
 from traceadvisor.console import fail
 from traceadvisor.errors import TraceError
-from traceadvisor.whatif.scenarios import Outcome, Refused, parse
-from traceadvisor.whatif.scenarios import whatif as run_whatif
+from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.refused import Refused
+from traceadvisor.whatif.savings import Outcome
+from traceadvisor.whatif.savings import whatif as run_whatif
+from traceadvisor.whatif.scenarios import SCENARIOS, parse
 
-PROFILED_NOTE = (
-    "Step times are PROFILED step times (replayed, mean spacing of the step ends): the profiler's "
-    "own cost is still in them (issue 12 item 2 will take it out)."
+NOTE = (
+    "Step times are PREDICTED UNPROFILED step times: the trace's dependency graph replayed without the "
+    "profiler's own host cost (whatif/profiler_cost.py), then with each scenario's change; the step time is "
+    "the spacing of step ends. The profiled step is given for reference only."
 )
 
 
@@ -30,59 +35,83 @@ def _us(ns: float) -> float | None:
     return None if math.isnan(ns) else ns / 1e3
 
 
-def to_dict(trace: str, outcomes: list[Outcome]) -> dict[str, Any]:
+def _findings_by_scenario(trace: Trace) -> dict[str, list[str]]:
+    """The findings the built-in rules report on the trace, by the scenario their saving came from."""
+    from traceadvisor.pipeline import analyze_traces
+
+    out: dict[str, list[str]] = {}
+    for f in analyze_traces([trace]).findings:
+        if f.impact is not None and f.impact.scenario:
+            out.setdefault(f.impact.scenario, []).append(f"{f.code} {f.rule}")
+    return out
+
+
+def to_dict(
+    trace: str, profiled_us: float | None, outcomes: list[Outcome], found: dict[str, list[str]]
+) -> dict[str, Any]:
     """The JSON report: one entry per scenario, then ``combined`` where more than one applied."""
     return {
         "trace": trace,
-        "note": PROFILED_NOTE,
+        "note": NOTE,
+        "profiled_step_us": profiled_us,
         "scenarios": [
             {
-                "name": o.name,
+                "name": o.saving.scenario,
                 "answers": list(o.answers),
-                "refused": o.refused,
-                "changed": o.changed,
-                "before_step_us": _us(o.before_ns),
-                "after_step_us": _us(o.after_ns),
-                "saving_per_step_us": _us(o.saving_ns),
+                "findings": found.get(o.saving.scenario, []),
+                "refused": o.saving.refused,
+                "changed": o.saving.changed,
+                "before_step_us": _us(o.saving.before_ns),
+                "after_step_us": _us(o.saving.before_ns - o.saving.saving_ns),
+                "saving_per_step_us": _us(o.saving.saving_ns),
+                "saving_pct": o.saving.share_pct,
             }
             for o in outcomes
         ],
     }
 
 
-def render_text(trace: str, outcomes: list[Outcome]) -> str:
+def render_text(report: dict[str, Any]) -> str:
     """One line per scenario: before -> after, saving per step, the findings it answers."""
-    lines = [f"what-if on {trace}", PROFILED_NOTE]
-    for o in outcomes:
-        answers = ", ".join(o.answers) or "-"
-        if o.refused:
-            lines.append(f"  {o.name}: refused: {o.refused}")
+    lines = [f"what-if on {report['trace']}", NOTE]
+    if report["profiled_step_us"] is not None:
+        lines.append(f"  profiled step: {report['profiled_step_us']:.3f} µs")
+    for s in report["scenarios"]:
+        if s["refused"]:
+            lines.append(f"  {s['name']}: refused: {s['refused']}")
             continue
-        pct = o.saving_ns / o.before_ns * 100 if o.before_ns else 0.0
+        findings = "; ".join(s["findings"]) or "no finding"
         lines.append(
-            f"  {o.name}: {o.before_ns / 1e3:.3f} µs -> {o.after_ns / 1e3:.3f} µs per step, "
-            f"saves {o.saving_ns / 1e3:.3f} µs ({pct:.1f}%); {o.changed} changed; answers: {answers}"
+            f"  {s['name']}: {s['before_step_us']:.3f} µs -> {s['after_step_us']:.3f} µs per step, "
+            f"saves {s['saving_per_step_us']:.3f} µs ({s['saving_pct']:.1f}%); {s['changed']} changed; "
+            f"answers: {', '.join(s['answers']) or '-'} ({findings})"
         )
     return "\n".join(lines) + "\n"
 
 
 def whatif(
     trace: Annotated[Path, typer.Argument(help="One trace file (.json, .json.gz).")],
-    apply: Annotated[str, typer.Option("--apply", help="Scenarios, comma-separated: no-sync, tf32, pinned.")],
+    apply: Annotated[str, typer.Option("--apply", help=f"Scenarios, comma-separated: {', '.join(SCENARIOS)}.")],
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
 ) -> None:
     """Predict the step time after fixes, by replaying the trace with its graph changed."""
     from traceadvisor.trace.load import load_file
+    from traceadvisor.whatif.replay import measured_replay
+    from traceadvisor.whatif.scenarios import step_time_ns
 
     try:
-        scenarios = parse(apply)
+        names = [s.name for s in parse(apply)]
     except ValueError as exc:
         raise fail(str(exc)) from None
     try:
-        outcomes = run_whatif(load_file(trace), scenarios)
+        loaded = load_file(trace)
+        outcomes = run_whatif(loaded, names)
+        profiled = step_time_ns(measured_replay(loaded), measured=True)
+        found = _findings_by_scenario(loaded)
     except (TraceError, Refused, OSError) as exc:
         raise fail(str(exc)) from None
+    report = to_dict(str(trace), _us(profiled), outcomes, found)
     if fmt is Format.json:
-        typer.echo(json.dumps(to_dict(str(trace), outcomes), indent=2))
+        typer.echo(json.dumps(report, indent=2))
     else:
-        typer.echo(render_text(str(trace), outcomes), nl=False)
+        typer.echo(render_text(report), nl=False)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.profiler_cost import unprofiled_overrides, unprofiled_replay
+from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, replay
-from traceadvisor.whatif.scenarios import SCENARIOS, Refused, combine, step_time_ns
+from traceadvisor.whatif.scenarios import SCENARIOS, combine, step_time_ns
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,25 @@ def scenario_saving(trace: Trace, name: str) -> Saving:
     except Refused as exc:
         return Saving(name, before, before, refused=str(exc))
     return saving_of(trace, name, ov)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One scenario (or the combination) in ``traceadvisor whatif``: its saving and what it answers."""
+
+    saving: Saving
+    answers: tuple[str, ...]
+
+
+def whatif(trace: Trace, names: list[str]) -> list[Outcome]:
+    """Each named scenario's saving on the predicted unprofiled step, then (for more than one
+    applied) the combination's: all their graph changes replayed together."""
+    if not trace.steps.table.shape[0]:
+        raise Refused("the trace has no steps (ProfilerStep#N): a what-if predicts step time")
+    out = [Outcome(scenario_saving(trace, n), SCENARIOS[n].answers) for n in names]
+    applied = [n for n, o in zip(names, out, strict=True) if o.saving.refused is None]
+    if len(applied) > 1:
+        ov = combine([SCENARIOS[n].build(trace) for n in applied])
+        answers = tuple(a for n in applied for a in SCENARIOS[n].answers)
+        out.append(Outcome(saving_of(trace, "combined", ov), answers))
+    return out

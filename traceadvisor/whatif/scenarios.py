@@ -17,10 +17,10 @@ from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif import fusion, precision
+from traceadvisor.whatif import batch, fusion, precision
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
 from traceadvisor.whatif.refused import Refused
-from traceadvisor.whatif.replay import Overrides, Replay, measured_replay, replay
+from traceadvisor.whatif.replay import Overrides, Replay
 
 # fp32 GEMM kernels that run on CUDA cores (the kernel families rules/pr101_fp32_matmul.py names:
 # cuBLAS/CUTLASS SIMT SGEMM, gemv, sm80 xmma "ffma" kernels, f32f32_f32f32); their TF32 variants
@@ -118,7 +118,7 @@ GRAPH_LAUNCH_NS = 10_000
 
 
 def cuda_graphs(trace: Trace) -> Overrides:
-    """Capture each step's launches in CUDA graphs: per step and launching thread, the launches
+    """Capture each step's launches in CUDA graphs: per step and process, the launches
     between two blocking calls (a sync cannot be captured: it splits the graph, as
     torch.compile(mode="reduce-overhead") splits at a graph break) form one graph. The host time
     from the first launch of a graph to the end of its last one shrinks to one graph launch
@@ -132,7 +132,9 @@ def cuda_graphs(trace: Trace) -> Overrides:
         raise Refused("no GPU work launched inside the steps")
     lrow = launch[rows]
     rt_ts, rt_end = rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()
-    threads = thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy())
+    # per process: the autograd engine's thread launches the backward while the main thread waits
+    # in backward(), so one step's graph spans both (host_time.py)
+    threads = thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy()) >> 32 << 32
     names = rt["name"].astype(str)
     pageable = gpu["name"].astype(str).str.contains("Pageable", regex=False).to_numpy()[rows]
     cut_rows = np.union1d(np.flatnonzero(names.isin(BLOCKING_CALLS).to_numpy()), lrow[pageable])
@@ -174,6 +176,7 @@ SCENARIOS: dict[str, Scenario] = {
     "sdpa": Scenario("sdpa", ("unfused-attention",), fusion.sdpa, "matmul/softmax/matmul as one flash kernel"),
     "fuse-elementwise": Scenario("fuse-elementwise", ("memory-bound",), fusion.fuse_elementwise, "chains fused"),
     "fused-cross-entropy": Scenario("fused-cross-entropy", ("cross-entropy",), fusion.fused_cross_entropy, "fused CE"),
+    "batch-size": Scenario("batch-size", ("batch-size",), batch.doubled_batch, "the batch doubled (2x the samples)"),
 }
 
 
@@ -202,22 +205,6 @@ def combine(parts: list[Overrides]) -> Overrides:
     )
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """Predicted step time (profiled, ns: ``step_time_ns``) before and after one scenario or the combination."""
-
-    name: str
-    answers: tuple[str, ...]
-    before_ns: float
-    after_ns: float
-    changed: int  # graph elements changed (syncs removed, kernels rescaled)
-    refused: str | None = None
-
-    @property
-    def saving_ns(self) -> float:
-        return self.before_ns - self.after_ns
-
-
 def step_time_ns(r: Replay, measured: bool = False) -> float:
     """The step time of a replay (ns): the mean spacing of consecutive step ends, NaN without steps.
 
@@ -236,11 +223,6 @@ def step_time_ns(r: Replay, measured: bool = False) -> float:
     return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
-def _changed(ov: Overrides) -> int:
-    """Graph elements a scenario changed (GPU durations, removed waits, host call durations)."""
-    return len(ov.gpu_dur_ns) + len(ov.no_wait) + len(ov.no_event_wait) + len(ov.host_dur_ns)
-
-
 def parse(names: str) -> list[Scenario]:
     """The scenarios a comma-separated list names; ValueError on an unknown one."""
     out = []
@@ -248,28 +230,4 @@ def parse(names: str) -> list[Scenario]:
         if n not in SCENARIOS:
             raise ValueError(f"unknown scenario {n!r} (known: {', '.join(SCENARIOS)})")
         out.append(SCENARIOS[n])
-    return out
-
-
-def whatif(trace: Trace, scenarios: list[Scenario]) -> list[Outcome]:
-    """Each scenario's outcome, then (for more than one applied) the combination's."""
-    if not trace.steps.table.shape[0]:
-        raise Refused("the trace has no steps (ProfilerStep#N): a what-if predicts step time")
-    before = step_time_ns(measured_replay(trace))
-    out: list[Outcome] = []
-    applied: list[Overrides] = []
-    for s in scenarios:
-        try:
-            ov = s.build(trace)
-        except Refused as exc:
-            out.append(Outcome(s.name, s.answers, before, before, 0, refused=str(exc)))
-            continue
-        applied.append(ov)
-        after = step_time_ns(replay(trace, ov))
-        out.append(Outcome(s.name, s.answers, before, after, _changed(ov)))
-    if len(applied) > 1:
-        ov = combine(applied)
-        answers = tuple(a for s, o in zip(scenarios, out, strict=True) if o.refused is None for a in s.answers)
-        after = step_time_ns(replay(trace, ov))
-        out.append(Outcome("combined", answers, before, after, _changed(ov)))
     return out
