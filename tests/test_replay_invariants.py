@@ -1,0 +1,189 @@
+"""Invariants of the replay and of every finding, over every real trace (issue 12, "Must show").
+
+For each trace of ``fixtures/traces/`` and ``fixtures/external/``, analysed once (``_report``):
+
+* the replay of the unchanged trace reproduces each step's measured span within 2%
+  (``traces[].replay_error_pct``), except the known exceptions below, each asserted as one;
+* no finding claims more than the step: a replayed saving is at most the predicted unprofiled step,
+  every share is at most 100%, and an idle claim is at most the idle the predicted unprofiled steps
+  leave (steps x (step - GPU busy per step));
+* the predicted unprofiled step is positive and never longer than the profiled one (taking the
+  profiler's host cost out never slows a step).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixture_paths import FIXTURE_TRACES, HTA, external_traces
+
+from traceadvisor.pipeline import analyze
+from traceadvisor.report.model import Report
+from traceadvisor.trace.load import load_file
+from traceadvisor.whatif.batch import scaled_durations
+from traceadvisor.whatif.replay import replay
+from traceadvisor.whatif.savings import scenario_saving
+
+MAX_REPLAY_ERROR_PCT = 2.0
+# The predicted unprofiled step may exceed the profiled one by the replay's own error at most.
+STEP_SLACK = 1.0 + MAX_REPLAY_ERROR_PCT / 100.0
+IDLE_RULES = ("idle-gap", "data-loader-bound")
+
+TRACES = sorted(FIXTURE_TRACES.glob("*.json.gz")) + external_traces()
+IDS = [str(p.relative_to(p.parents[1])) for p in TRACES]
+
+# Traces whose replay misses a step by more than MAX_REPLAY_ERROR_PCT, with the measured reason.
+KNOWN_REPLAY_ERRORS = {
+    "hta/rank0.json.gz": (
+        "waits the trace does not record: ~18 GPU records per step (CUDA-graph nodes and memsets on the "
+        "default stream 7, NCCL SendRecv kernels on stream 84, fbgemm work on stream 27) start 5.5 to 64 ms "
+        "after their stream and launch allowed them, with no GPU work ending right before them on any "
+        "stream (kineto of 2023: no cuda_sync events, cudaStreamWaitEvent calls name no stream); the "
+        "replay caps release delays at the device's 99th percentile (5.5 ms), so each step replays ~31% short"
+    ),
+}
+
+
+@functools.cache
+def _report(path: Path) -> Report:
+    """One analysis per trace, shared by the tests of this module."""
+    return analyze([path])
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_replay_error_within_two_percent(path: Path) -> None:
+    key = str(path.relative_to(path.parents[1]))
+    err = _report(path).traces[0].replay_error_pct
+    if key in KNOWN_REPLAY_ERRORS:
+        # asserted as an exception: a fix of the replay makes this fail, and the entry goes
+        assert err is not None and err > MAX_REPLAY_ERROR_PCT, f"{key} now replays within 2%: drop its exception"
+        pytest.xfail(KNOWN_REPLAY_ERRORS[key])
+    assert err is None or err <= MAX_REPLAY_ERROR_PCT, f"{key}: replay error {err:.2f}%"
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_no_finding_claims_more_than_the_step(path: Path) -> None:
+    rep = _report(path)
+    summary = rep.traces[0]
+    predicted = summary.unprofiled_step_us
+    for f in rep.findings:
+        if f.impact is None:
+            continue
+        assert f.impact.share_pct <= 100.0, f"{f.rule}: share {f.impact.share_pct:.1f}%"
+        if f.impact.saving_per_step_us is not None:
+            # without steps there is no step to save from: a replayed saving there can only be 0
+            # (sync-point on HTA's step-less benchmark trace reports one; its owner is told)
+            limit = predicted if predicted is not None else 0.0
+            assert 0.0 <= f.impact.saving_per_step_us <= limit, f"{f.rule}: {f.impact.saving_per_step_us} µs"
+        if f.rule in IDLE_RULES and summary.step_time is not None and predicted is not None:
+            steps = sum(1 for s in summary.steps if s.gpu_start_us is not None)
+            cap = steps * max(0.0, predicted - summary.step_time.gpu_busy_per_step_us)
+            assert f.impact.time_us <= cap + 0.01, f"{f.rule}: {f.impact.time_us} µs of idle, at most {cap}"
+
+
+@pytest.mark.parametrize("path", TRACES, ids=IDS)
+def test_predicted_unprofiled_step_is_positive_and_not_longer(path: Path) -> None:
+    st = _report(path).traces[0].step_time
+    if st is None:
+        assert not _report(path).traces[0].steps or _report(path).traces[0].device is None
+        return
+    assert st.unprofiled_step_us is not None
+    assert 0.0 < st.unprofiled_step_us <= st.profiled_step_us * STEP_SLACK
+
+
+def test_event_wait_on_work_queued_before_the_window() -> None:
+    """HTA's rank0: the first fbgemm kernel on side stream 27 waits (cudaStreamWaitEvent, no stream
+    named) for ~150 ms of default-stream work queued before the profiler's window. The inferred
+    wait paired it with a later launch (which started after it), was dropped, and the kernel
+    replayed 136.7 ms early; it now waits for the pre-window work and starts when measured."""
+    trace = load_file(HTA / "rank0.json.gz")
+    g = trace.gpu
+    pre_window_end = int(g[(g["stream"] == 7) & (g["launch"] < 0)]["end_ns"].max())
+    side = g[(g["stream"] == 27) & (g["launch"] >= 0) & (g["ts_ns"] >= pre_window_end)]
+    first = int(side["ts_ns"].idxmin())
+    assert int(g.at[first, "ts_ns"]) - pre_window_end < 20_000  # it ran right after that work
+    launched = int(trace.runtime.at[int(g.at[first, "launch"]), "end_ns"])
+    assert pre_window_end - launched > 100_000_000  # launched 138 ms before it could run
+    r = replay(trace)
+    assert abs(int(r.gpu_start_ns[first]) - int(g.at[first, "ts_ns"])) < 1_000
+
+
+def test_idle_claim_capped_by_the_unprofiled_step() -> None:
+    """p12_decode_after_stack (a CUDA-graph decode loop with stacks on): idle-gap claimed 9.9 ms of
+    idle over 2 steps whose predicted unprofiled step is 6.3 ms with 5.4 ms of GPU work each: more
+    idle than the steps can hold. The claim is now at most 2 x (6.3 - 5.4) ms."""
+    rep = _report(FIXTURE_TRACES / "p12_decode_after_stack.json.gz")
+    st = rep.traces[0].step_time
+    assert st is not None and st.unprofiled_step_us is not None
+    cap = 2 * (st.unprofiled_step_us - st.gpu_busy_per_step_us)
+    idle = [f for f in rep.findings if f.rule == "idle-gap"]
+    assert all(f.impact is not None and f.impact.time_us <= cap + 0.01 for f in idle)  # µs rounded to the ns
+    assert 1_000 < cap < 3_000
+
+
+# -- batch-size: the scenario and the rule on the GPT pair ----------------------------------------
+GPT_BEFORE = FIXTURE_TRACES / "p12_gpt_batch_before_stack.json.gz"
+GPT_AFTER = FIXTURE_TRACES / "p12_gpt_batch_after_stack.json.gz"
+
+
+def test_doubled_batch_gpu_time_matches_the_captured_batch() -> None:
+    """The scenario's GPU time at twice the batch, from the batch-16 trace alone, against the
+    batch-32 capture's (validation: nothing was fitted on this pair): 39.75 vs 40.25 ms."""
+    before, after = load_file(GPT_BEFORE), load_file(GPT_AFTER)
+    rows, new = scaled_durations(before)
+    dur = (before.gpu["end_ns"] - before.gpu["ts_ns"]).to_numpy()
+    predicted = float(dur.sum() - dur[rows].sum() + new.sum())
+    measured = float((after.gpu["end_ns"] - after.gpu["ts_ns"]).sum())
+    assert abs(predicted - measured) / measured < 0.05
+    # the optimizer's fused AdamW kernels do not grow; every grown record at most doubles
+    names = before.gpu["name"].astype(str).to_numpy()
+    assert not any("adamw" in n.lower() for n in names[rows])
+    assert np.all(new >= dur[rows]) and np.all(new <= 2 * dur[rows])
+
+
+def test_doubled_batch_time_per_sample_on_the_gpt_pair() -> None:
+    """gpt_batch (fixtures/pairs12.json, validation): 16 -> 32 sequences measured -47.1% time per
+    sample (run 3; run 1: -34%); the replay predicts -49.2% (within 20% of the measured figure)."""
+    s = scenario_saving(load_file(GPT_BEFORE), "batch-size")
+    assert s.refused is None
+    per_sample_pct = (s.before_ns - s.after_ns / 2) / s.before_ns * 100
+    assert abs(per_sample_pct - 47.1) / 47.1 < 0.2
+    assert s.after_ns > s.before_ns  # a larger batch lengthens the step
+
+
+def test_batch_size_rule_fires_on_the_gpt_trainer() -> None:
+    rep = _report(GPT_BEFORE)
+    found = [f for f in rep.findings if f.rule == "batch-size"]
+    assert len(found) == 1
+    f = found[0]
+    assert f.impact is None  # not a saving on the same work: not ranked against the fixes
+    assert f.data["scenario"] == "batch-size" and 45.0 < f.data["per_sample_gain_pct"] <= 50.0
+    assert f.data["peak_pct"] < 30.0
+    assert "twice the batch" in f.message and "memory" in f.message.lower()
+
+
+@pytest.mark.parametrize("name", ["benchmark_result_2869224_1695835535_trace.json.gz", "eager_trace.json.gz"])
+def test_batch_size_rule_silent_without_steps(name: str) -> None:
+    path = next(p for p in TRACES if p.name == name)
+    assert not _report(path).traces[0].steps
+    assert not [f for f in _report(path).findings if f.rule == "batch-size"]
+
+
+def test_batch_size_rule_silent_on_a_cpu_trace(tmp_path: Path) -> None:
+    """A trace with steps but no GPU: the scenario refuses (nothing grows with the batch)."""
+    step = {"ph": "X", "cat": "user_annotation", "dur": 900, "pid": 1, "tid": 1}
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 500, "pid": 1, "tid": 1}
+    events = [{**step, "name": f"ProfilerStep#{i}", "ts": 1000 * i} for i in range(3)]
+    events += [{**op, "ts": 1000 * i + 10} for i in range(3)]
+    path = tmp_path / "cpu.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    rep = analyze([path])
+    assert rep.traces[0].steps
+    assert not [f for f in rep.findings if f.rule == "batch-size"]
+    assert scenario_saving(load_file(path), "batch-size").refused is not None
