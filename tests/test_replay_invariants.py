@@ -26,6 +26,7 @@ from traceadvisor.pipeline import analyze
 from traceadvisor.report.model import Report
 from traceadvisor.trace.load import load_file
 from traceadvisor.whatif.batch import scaled_durations
+from traceadvisor.whatif.host_time import HostTimeMap, Region, process_key
 from traceadvisor.whatif.replay import replay
 from traceadvisor.whatif.savings import scenario_saving
 
@@ -187,3 +188,38 @@ def test_batch_size_rule_silent_on_a_cpu_trace(tmp_path: Path) -> None:
     assert rep.traces[0].steps
     assert not [f for f in rep.findings if f.rule == "batch-size"]
     assert scenario_saving(load_file(path), "batch-size").refused is not None
+
+
+# -- host time removal: the regions' lookup ---------------------------------------------------------
+def _removed_one_region_at_a_time(m: HostTimeMap, thread: int, t: np.ndarray) -> np.ndarray:
+    """The definition: point costs, then each region's removed time clipped to how far ``t`` is past
+    its compressed start (what HostTimeMap.removed computed with a loop over regions)."""
+    out = HostTimeMap(m.points).removed(thread, t)
+    compressed = t - out
+    for r in m.regions:
+        if process_key(r.thread) != process_key(thread):
+            continue
+        ends = np.array([r.start_ns, r.end_ns], dtype=np.int64)
+        c0, c1 = (ends - HostTimeMap(m.points).removed(thread, ends)).tolist()
+        out = out + np.clip(compressed - c0, 0, max(0, c1 - c0 - r.keep_ns))
+    return out
+
+
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_region_lookup_equals_the_sum_over_regions(overlapping: bool) -> None:
+    """Disjoint regions (one scenario's) take two lookups instead of a loop over regions (6,330 in
+    the channels-last replay of the 100 MB trace: 1.99 s of analyze's 2.19 s of replays); regions
+    that overlap (scenarios combined) are summed one by one. Both equal the definition."""
+    rng = np.random.default_rng(12)
+    proc = 7 << 32
+    for _ in range(100):
+        ts = np.sort(rng.integers(0, 20_000, int(rng.integers(0, 60)))).astype(np.int64)
+        points = {proc: (ts, np.cumsum(rng.integers(0, 30, len(ts))).astype(np.int64))} if len(ts) else {}
+        regions, t0 = [], 0
+        for _ in range(int(rng.integers(1, 15))):
+            a = int(rng.integers(0, 20_000)) if overlapping else t0 + int(rng.integers(0, 900))
+            t0 = a + int(rng.integers(0, 1_200))
+            regions.append(Region(proc + int(rng.integers(0, 3)), a, t0, int(rng.integers(0, 400))))
+        m = HostTimeMap(points, tuple(regions))
+        t = rng.integers(-500, 25_000, 300).astype(np.int64)
+        assert np.array_equal(m.removed(proc + 1, t), _removed_one_region_at_a_time(m, proc + 1, t))

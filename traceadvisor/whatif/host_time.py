@@ -55,6 +55,8 @@ class HostTimeMap:
 
     points: Mapping[int, tuple[I64, I64]] = field(default_factory=dict)
     regions: tuple[Region, ...] = ()
+    # per process: its regions' compressed starts, removed ns and their running sum (``_region_table``)
+    _tables: dict[int, tuple[I64, I64, I64, bool] | None] = field(default_factory=dict, compare=False, repr=False)
 
     def _points(self, thread: int, t: I64) -> I64:
         out = np.zeros(len(t), dtype=np.int64)
@@ -68,16 +70,42 @@ class HostTimeMap:
     def removed(self, thread: int, t: I64) -> I64:
         """ns removed before each host time in ``t`` on ``thread`` (events at exactly ``t`` excluded)."""
         out = self._points(thread, t)
+        table = self._region_table(process_key(thread))
+        if table is None:
+            return out
+        c0, gone, cum, disjoint = table
         compressed = t - out
-        for r in self.regions:
-            if process_key(r.thread) != process_key(thread):
-                continue
-            ends = np.array([r.start_ns, r.end_ns], dtype=np.int64)
-            c0, c1 = (ends - self._points(thread, ends)).tolist()
-            gone = max(0, c1 - c0 - r.keep_ns)
-            if gone:
-                out += np.clip(compressed - c0, 0, gone)
+        if not disjoint:  # overlapping regions (scenarios combined): each one's share, summed
+            for a, g in zip(c0.tolist(), gone.tolist(), strict=True):
+                out += np.clip(compressed - a, 0, g)
+            return out
+        # Disjoint regions in order: a time has passed every region before the last one starting at or
+        # before it (whole), and that one in part: two lookups, whatever the number of regions (the
+        # loop over regions took 1.99 s of a 2.19 s analyze's replays at 100 MB: 6,330 regions).
+        k = np.searchsorted(c0, compressed, side="right") - 1
+        last = np.maximum(k, 0)
+        out += np.where(k >= 0, cum[last] + np.clip(compressed - c0[last], 0, gone[last]), 0)
         return out
+
+    def _region_table(self, proc: int) -> tuple[I64, I64, I64, bool] | None:
+        """A process's regions by compressed start: starts, removed ns, the running sum of removed ns
+        through each region before it (0 for the first), and whether they are disjoint (each ends,
+        compressed, before the next starts: the regions of one scenario are). Computed once."""
+        if proc in self._tables:
+            return self._tables[proc]
+        mine = [r for r in self.regions if process_key(r.thread) == proc]
+        table = None
+        if mine:
+            ends = np.array([(r.start_ns, r.end_ns) for r in mine], dtype=np.int64).reshape(-1)
+            c = (ends - self._points(proc, ends)).reshape(-1, 2)
+            keep = np.array([r.keep_ns for r in mine], dtype=np.int64)
+            gone = np.maximum(0, c[:, 1] - c[:, 0] - keep)
+            order = np.argsort(c[:, 0], kind="stable")
+            c0, gone = c[order, 0], gone[order]
+            cum = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(gone)[:-1]))
+            table = (c0, gone, cum, bool(np.all(c0[1:] >= c0[:-1] + gone[:-1])))
+        self._tables[proc] = table
+        return table
 
     def removed_by_thread(self, threads: I64, t: I64) -> I64:
         """``removed`` for many (thread, time) pairs at once."""
