@@ -139,6 +139,8 @@ class SyncPoint(Rule[Options]):
         per_step_count = len(mine) / max(len(trace.steps.table), 1)
         # The saving: the trace replayed without the profiler, then with these syncs' waits removed
         # (the GPU work they waited for stays; what the host did after them moves earlier).
+        # Without steps there is no step to replay (a trace of one window): the finding has no saving.
+        has_steps = len(trace.steps.table) > 0
         replayed = saving_of(trace, "no-sync", Overrides(no_wait=frozenset(int(r) for r in mine.index)))
         if replayed.share_pct < opts.min_idle_pct and per_step_count < opts.min_per_step:
             return
@@ -153,8 +155,8 @@ class SyncPoint(Rule[Options]):
             trace,
             message=_message(trace, mine, by_cause, location, idle, replayed),
             recommendation=RECOMMENDATION.format(top_cause),
-            per_step=per_step(replayed),
-            basis=replay_basis(replayed, BASIS),
+            per_step=per_step(replayed) if has_steps else None,
+            basis=replay_basis(replayed, BASIS) if has_steps else "",
             evidence=evidence_of(worst, labels),
             location=location,
             data={
@@ -189,8 +191,13 @@ def _message(
         f"most caused by {top_cause}{at_source(location)}; by cause: {parts}. The host "
         f"blocked {fmt_us(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_us(idle.raw_ns)} "
         f"({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) draining and refilling its queue around them. "
-        f"Replayed without the profiler and without these waits, the step takes {fmt_us(replayed.saving_ns)} less "
-        f"({replayed.share_pct:.1f}% of the predicted unprofiled step).{_line_note(location)}"
+        + (
+            f"Replayed without the profiler and without these waits, the step takes {fmt_us(replayed.saving_ns)} "
+            f"less ({replayed.share_pct:.1f}% of the predicted unprofiled step)."
+            if len(trace.steps.table)
+            else "The trace has no steps: no step to replay, so no saving is estimated."
+        )
+        + _line_note(location)
     )
 
 

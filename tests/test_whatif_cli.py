@@ -174,3 +174,16 @@ def test_cuda_graphs_lists_the_finding_it_answers() -> None:
     # own work (the pair measured 633 µs after the fix, fixtures/pairs12.json)
     assert 600.0 < s["after_step_us"] < 750.0
     assert s["saving_pct"] > 80.0
+
+
+def test_batch_size_is_given_per_sample() -> None:
+    """A doubled batch makes the step longer and each sample cheaper: the command gives the gain per
+    sample (the pair measured 47.1% less time per sample going 16 -> 32 sequences, fixtures/pairs12.json)."""
+    trace = TRACES / "p12_gpt_batch_before_stack.json.gz"
+    s = _by_name(_json(trace, "batch-size"))["batch-size"]
+    assert s["after_step_us"] > s["before_step_us"] and s["saving_per_step_us"] == 0.0
+    per_sample = (s["before_step_us"] - s["after_step_us"] / 2) / s["before_step_us"] * 100
+    assert s["per_sample_saving_pct"] == pytest.approx(per_sample, abs=1e-9)
+    measured = json.loads((TRACES.parent / "pairs12.json").read_text())["pairs"]["gpt_batch"]["measured_saving_pct"]
+    assert abs(s["per_sample_saving_pct"] - measured) <= 0.2 * measured
+    assert s["findings"] == ["RF102 batch-size"]
