@@ -102,7 +102,8 @@ class MixedPrecision(Rule[Options]):
             return
         steps = max(1, len(trace.steps.table))
         peaks = roofline_of(trace).peaks
-        rate = f" ({peaks.flops['bf16'] / 1e12:.0f} TFLOP/s bf16)" if peaks and peaks.flops.get("bf16") else ""
+        bf16 = peaks.flops.get("bf16") if peaks else None
+        rate = f" ({bf16 / 1e12:.0f} TFLOP/s bf16)" if bf16 else ""
         top = _top_op(full)
         yield self.finding(
             trace,

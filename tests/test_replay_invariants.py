@@ -149,12 +149,14 @@ def test_doubled_batch_gpu_time_matches_the_captured_batch() -> None:
 
 def test_doubled_batch_time_per_sample_on_the_gpt_pair() -> None:
     """gpt_batch (fixtures/pairs12.json, validation): 16 -> 32 sequences measured -47.1% time per
-    sample (run 3; run 1: -34%); the replay predicts -49.2% (within 20% of the measured figure)."""
+    sample (run 3; run 1: -34%); the replay predicts about -50% (within 20% of the measured figure)."""
     s = scenario_saving(load_file(GPT_BEFORE), "batch-size")
     assert s.refused is None
     per_sample_pct = (s.before_ns - s.after_ns / 2) / s.before_ns * 100
     assert abs(per_sample_pct - 47.1) / 47.1 < 0.2
-    assert s.after_ns > s.before_ns  # a larger batch lengthens the step
+    # host-bound: twice the GPU work under the same host leaves the step about as long (the spacing of
+    # two step ends moves a little either way as the first step's GPU work ends later)
+    assert s.after_ns == pytest.approx(s.before_ns, rel=0.05)
 
 
 def test_batch_size_rule_fires_on_the_gpt_trainer() -> None:

@@ -86,9 +86,6 @@ OUTSIDE_30_PCT = {
     "pair_sync": "sync-point's replay predicts 28 µs per step, measured 1043 µs: the predicted unprofiled step "
     "(5.49 ms) stays host-bound once the syncs go, where the real one (3.8 ms after the fix) is GPU-bound; the "
     "profiler cost model, fitted on the H100 pairs, leaves ~1.7 ms too much host time in this H200 capture",
-    "pair_cuda_graph": "launch-overhead's replay predicts 1890 µs per step, measured 2732 µs (-31%): the before "
-    "step is predicted 2.80 ms unprofiled where it measured 3.63 ms (the cost model removes too much host time "
-    "from this H200 capture); the after step is predicted within 1% (911 vs 900 µs)",
     "pair_fused_optimizer": "optimizer-not-fused's replay (fused-optimizer) predicts 3840 µs per step, measured "
     "5504 µs (-30%): with stacks the profiler cost model takes more of the per-tensor loop's Python-frame time out "
     "than it held, leaving the fix less host time to remove (the nostack pair lands at +11%)",

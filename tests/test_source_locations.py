@@ -38,7 +38,14 @@ LIBRARY_LOCATION_TRACES = (
 )
 # The user's own files in every real trace with Python frames: the fixtures' capture scripts, the
 # training script of TraceLens's ResNet trace and the harness of its Hugging Face traces.
-USER_FILES = ("capture_gpu.py", "capture_pairs.py", "capture_sync_sites.py", "gpu_workloads.py", "train_ddp.py", "moca/")
+USER_FILES = (
+    "capture_gpu.py",
+    "capture_pairs.py",
+    "capture_sync_sites.py",
+    "gpu_workloads.py",
+    "train_ddp.py",
+    "moca/",
+)
 
 
 @cache

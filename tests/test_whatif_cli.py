@@ -181,7 +181,8 @@ def test_batch_size_is_given_per_sample() -> None:
     sample (the pair measured 47.1% less time per sample going 16 -> 32 sequences, fixtures/pairs12.json)."""
     trace = TRACES / "p12_gpt_batch_before_stack.json.gz"
     s = _by_name(_json(trace, "batch-size"))["batch-size"]
-    assert s["after_step_us"] > s["before_step_us"] and s["saving_per_step_us"] == 0.0
+    # host-bound: twice the GPU work under an unchanged host leaves the step about as long
+    assert s["after_step_us"] == pytest.approx(s["before_step_us"], rel=0.05)
     per_sample = (s["before_step_us"] - s["after_step_us"] / 2) / s["before_step_us"] * 100
     assert s["per_sample_saving_pct"] == pytest.approx(per_sample, abs=1e-9)
     measured = json.loads((TRACES.parent / "pairs12.json").read_text())["pairs"]["gpt_batch"]["measured_saving_pct"]

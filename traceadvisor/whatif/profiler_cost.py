@@ -34,11 +34,12 @@ from traceadvisor.whatif.host_time import HostTimeMap, point_costs, thread_key
 from traceadvisor.whatif.replay import Overrides, Replay, replay
 from traceadvisor.whatif.scenarios import GRAPH_LAUNCH_NS
 
-KINDS = ("op_shapes", "op", "python", "annotation", "step", "runtime", "memory")
+KINDS = ("op_shapes", "op", "python", "python_builtin", "annotation", "step", "runtime", "memory")
 KIND_HELP = {
     "op_shapes": "an op (cpu_op) recorded with its input shapes (record_shapes=True)",
     "op": "an op recorded without shapes",
-    "python": "a Python frame (with_stack=True)",
+    "python": "a Python function frame (with_stack=True)",
+    "python_builtin": "a call of a built-in (C) function the Python tracer recorded (with_stack=True)",
     "annotation": "a record_function annotation",
     "step": "a ProfilerStep#N annotation (the profiler's own work at each prof.step())",
     "runtime": "a CUDA runtime or driver call (CUPTI callback)",
@@ -70,7 +71,11 @@ def event_kinds(trace: Trace) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int
         kind = np.where(ann, KINDS.index("annotation"), np.where(shapes, KINDS.index("op_shapes"), KINDS.index("op")))
         kind = np.where(step, KINDS.index("step"), kind)
         parts.append((host, kind))
-    for table, name in ((trace.frames, "python"), (trace.runtime, "runtime"), (trace.memory, "memory")):
+    frames = trace.frames
+    if len(frames):
+        builtin = frames["name"].astype(str).str.startswith("<built-in").to_numpy()
+        parts.append((frames, np.where(builtin, KINDS.index("python_builtin"), KINDS.index("python"))))
+    for table, name in ((trace.runtime, "runtime"), (trace.memory, "memory")):
         if len(table):
             parts.append((table, np.full(len(table), KINDS.index(name))))
     if not parts:
