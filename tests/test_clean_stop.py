@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from traceadvisor.capture import cupti
+
 torch = pytest.importorskip("torch")
 
 STEPS = 16  # skip 2, warm up 1, record 2: the window ends at step 5, eleven steps come after it
@@ -47,6 +49,8 @@ def probe():
         ],
         "sigalrm_default": signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None),
         "import_hooks": [type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith("traceadvisor")],
+        "teardown_cupti": __import__("os").environ.get("TEARDOWN_CUPTI"),
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
     }
 """
 
@@ -123,6 +127,43 @@ def test_capture_removes_what_it_installed_after_the_last_window(tmp_path: Path)
     assert after["import_hooks"] == []  # the Triton import hook (Triton is not imported here)
     # The step clock stays: capture's optimizer post-hook (steps are taken there now), no pre-hook.
     assert (after["optimizer_pre_hooks"], after["optimizer_post_hooks"]) == (0, 1)
+
+
+def test_capture_detaches_cupti_only_with_cuda(tmp_path: Path) -> None:
+    # CUPTI stays attached after a CUDA trace unless kineto is told to detach it (TEARDOWN_CUPTI=1,
+    # set before the last window ends, CUDA >= 12.6). Without a GPU nothing is set in the program.
+    seen = _capture(tmp_path)[0]
+    before, after = seen["2"], seen[str(STEPS - 2)]
+    assert before["teardown_cupti"] is None
+    if after["cuda"] is None:
+        assert after["teardown_cupti"] is None
+    else:
+        expected = "1" if cupti.cuda_at_least(after["cuda"], (12, 6)) else None
+        assert after["teardown_cupti"] == expected
+
+
+def test_cupti_is_detached_at_the_last_cycle_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    sched = schedule(skip_first=1, wait=1, warmup=1, active=2, repeat=2)
+    cycles: list[int] = []
+    ending = []
+    cpu = [ProfilerActivity.CPU]
+    prof = profile(activities=cpu, schedule=sched, on_trace_ready=lambda p: cycles.append(p.step_num))
+    with prof:
+        for step in range(12):
+            if cupti.last_cycle_ending(prof, len(cycles), 2):
+                ending.append(step)
+            torch.ones(2).add_(1)
+            prof.step()
+    # Cycles: wait 1, warm-up 2, record 3-4 (written at step 5), wait 5, warm-up 6, record 7-8.
+    assert cycles == [5, 9] and ending == [8]
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)  # restored after the test
+    assert cupti.teardown_when_trace_ends(prof) is False  # a CPU-only profiler: no CUPTI to detach
+    assert "TEARDOWN_CUPTI" not in os.environ
+    assert cupti.cuda_at_least("12.6", (12, 6)) and cupti.cuda_at_least("13.0", (12, 6))
+    assert not cupti.cuda_at_least("12.4", (12, 6)) and not cupti.cuda_at_least(None, (12, 6))
+    assert not cupti.cuda_at_least("rocm", (12, 6))
 
 
 def test_capture_still_counts_and_times_the_steps_after_the_window(tmp_path: Path) -> None:

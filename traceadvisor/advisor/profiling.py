@@ -8,6 +8,7 @@ from typing import Any
 
 from traceadvisor.advisor.advisor import Advisor, logger
 from traceadvisor.advisor.report import AdvisorReport
+from traceadvisor.capture import cupti
 from traceadvisor.capture.unprofiled import now_ns, profiler_off
 
 DEFAULT_OUT_DIR = Path("traceadvisor-runs") / "advisor"
@@ -114,6 +115,8 @@ class AdvisedProfile:
         started, number = now_ns(), self._step_num
         off = not self._profiling or profiler_off(self.profiler)
         if self._profiling:
+            if cupti.last_cycle_ending(self.profiler, self.advisor.cycles, self.window.repeat):
+                cupti.teardown_when_trace_ends(self.profiler)  # CUPTI detached with the last trace
             self.profiler.step()
             if self.window.finished(self.advisor.cycles):
                 self._exit_profiler()

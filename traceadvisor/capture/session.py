@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from traceadvisor.atomic import write_bytes
-from traceadvisor.capture import marker
+from traceadvisor.capture import cupti, marker
 from traceadvisor.capture.export import export_chrome_json
 from traceadvisor.capture.foreign import ForeignProfilerWatch, calling_site, foreign_profiler_active
 from traceadvisor.capture.hooks import TorchStepHooks
@@ -275,6 +275,8 @@ class CaptureSession:
             if self._window is not None:
                 self._window.finish_early()
             started, step, unprofiled = now_ns(), int(self._prof.step_num), self._step_unprofiled()
+            if cupti.last_cycle_ending(self._prof, self._cycles, self.options.schedule.repeat):
+                cupti.teardown_when_trace_ends(self._prof)  # CUPTI detached with the last trace
             self._prof.step()
             last_window_done = self._schedule_done()
             if last_window_done:
