@@ -329,6 +329,33 @@ def test_capture_records_each_sync_of_the_recorded_steps_only(tmp_path: Path) ->
             assert set(named_by_def["line"]) == {site["first_line"]} == {_lines(PROGRAM, "def train_step")}
 
 
+# The advisor's thread mode runs in a fresh interpreter (as tests/test_advisor_reliability.py does):
+# in the suite's one process, after the Lightning and transformers tests, this case hung in the
+# profiler's start; a test of one behaviour must not be able to break another.
+FRESH = "TRACEADVISOR_FRESH_INTERPRETER"
+
+
+def test_advisor_records_the_syncs_in_a_fresh_interpreter() -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"{__file__}::test_advisor_records_the_syncs_of_its_window",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, FRESH: "1"},
+        cwd=REPO,
+    )
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.environ.get(FRESH) != "1", reason="runs in a fresh interpreter (the test above)")
 def test_advisor_records_the_syncs_of_its_window(tmp_path: Path) -> None:
     import traceadvisor
 
