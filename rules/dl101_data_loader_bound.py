@@ -12,6 +12,7 @@ from traceadvisor.rules_api import (
     Finding,
     IdleCause,
     Rule,
+    Saving,
     Severity,
     Trace,
     busy_in_windows,
@@ -20,7 +21,10 @@ from traceadvisor.rules_api import (
     fmt_us,
     idle_of,
     in_steps,
+    per_step,
     predicted_step_ns,
+    replay_basis,
+    scenario_saving,
     share_of_steps,
     steps_on_gpu,
     us,
@@ -69,10 +73,13 @@ class DataLoaderBound(Rule[Options]):
     `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (or
     `_MultiProcessingDataLoaderIter`) annotations inside the steps, overlapping GPU idle. The
     rule claims the idle gaps the attribution gives to data loading (the next work was launched
-    late and a `__next__` span on the launching thread holds the middle of the wait); the impact
-    is that idle less the profiler's own host cost of the events recorded in it
-    (`profiler_event_us` each, e.g. the Python frames of `__getitem__`), and never more than the
-    idle the predicted unprofiled steps leave (steps x (step - GPU busy per step)).
+    late and a `__next__` span on the launching thread holds the middle of the wait). On a trace
+    with steps the saving is a what-if replay: the trace replayed without the profiler's host cost,
+    then with the fetches inside the steps taking no host time (batches prefetched by worker
+    processes: the best case, an upper bound; `whatif/host_stalls.py`). Without steps it is that
+    idle less the profiler's own host cost of the events recorded in it (`profiler_event_us` each,
+    e.g. the Python frames of `__getitem__`), never more than the idle the predicted unprofiled
+    steps leave (steps x (step - GPU busy per step)).
     `_SingleProcessDataLoaderIter` means `num_workers=0`: batches are produced on the training
     thread itself.
 
@@ -112,12 +119,19 @@ class DataLoaderBound(Rule[Options]):
         single = bool(loader["name"].astype(str).str.contains(SINGLE_PROCESS, regex=False).any())
         wait = int(loader["dur_ns"].sum())
         worst = loader.nlargest(5, "dur_ns")
+        # With steps, the saving is a replay: the fetches take no host time (loaded by workers while
+        # the step runs: the best case, whatif/host_stalls.py); what the GPU then still waits for stays.
+        replayed = scenario_saving(trace, "data-workers") if len(trace.steps.table) else None
+        use = replayed is not None and replayed.refused is None
         yield self.finding(
             trace,
-            message=_message(trace, wait, idle, single),
+            message=_message(trace, wait, idle, single, replayed if use else None),
             recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
             impact_ns=idle.recoverable_ns,
-            basis=(
+            per_step=per_step(replayed) if use and replayed is not None else None,
+            basis=replay_basis(replayed, REPLAY_BASIS)
+            if use and replayed is not None
+            else (
                 "GPU idle while the launching thread was inside DataLoader __next__, less the profiler's own "
                 f"{opts.profiler_event_us:g} µs per event recorded in those gaps"
             ),
@@ -132,7 +146,13 @@ class DataLoaderBound(Rule[Options]):
         )
 
 
-def _message(trace: Trace, wait: int, idle: ClaimedIdle, single: bool) -> str:
+REPLAY_BASIS = (
+    "the DataLoader fetches in the steps take no host time (batches prefetched by worker processes: the "
+    "best case, an upper bound of the saving)"
+)
+
+
+def _message(trace: Trace, wait: int, idle: ClaimedIdle, single: bool, replayed: Saving | None) -> str:
     per_step = wait / max(len(trace.steps.table), 1)
     mode = (
         f" The loader is single-process ({SINGLE_PROCESS}, num_workers=0): batches are built on the training thread."
@@ -141,6 +161,13 @@ def _message(trace: Trace, wait: int, idle: ClaimedIdle, single: bool) -> str:
     )
     return (
         f"The steps waited {fmt_us(wait)} for the DataLoader ({fmt_us(per_step)} per step) and the GPU idled "
-        f"{fmt_us(idle.raw_ns)} ({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) meanwhile "
-        f"(about {fmt_us(idle.recoverable_ns)} without the profiler).{mode}"
+        f"{fmt_us(idle.raw_ns)} ({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) meanwhile"
+        + (
+            f". Replayed with the batches ready when asked for (loaded by workers meanwhile), the step takes "
+            f"{fmt_us(replayed.saving_ns)} less ({replayed.share_pct:.0f}% of the predicted unprofiled step; "
+            "the best case: workers slower than the step would leave a stall of their own)."
+            if replayed is not None
+            else f" (about {fmt_us(idle.recoverable_ns)} without the profiler)."
+        )
+        + mode
     )

@@ -188,3 +188,17 @@ def test_batch_size_is_given_per_sample() -> None:
     measured = json.loads((TRACES.parent / "pairs12.json").read_text())["pairs"]["gpt_batch"]["measured_saving_pct"]
     assert abs(s["per_sample_saving_pct"] - measured) <= 0.2 * measured
     assert s["findings"] == ["RF102 batch-size"]
+
+
+def test_data_workers_takes_the_loader_fetches_out_of_the_steps() -> None:
+    """planted_dataloader_bound: __getitem__ on the training thread holds ~54.6 ms of a ~58 ms step
+    while the GPU works ~2 ms: with the fetches taking no host time the step is about the GPU's work."""
+    trace = TRACES / "planted_dataloader_bound.json.gz"
+    s = _by_name(_json(trace, "data-workers"))["data-workers"]
+    t = load_file(trace)
+    fetch = t.annotations[t.annotations["name"].astype(str).str.contains("DataLoader", regex=False)]
+    assert s["changed"] == len(fetch) == 3
+    assert s["after_step_us"] < 0.1 * s["before_step_us"]
+    assert s["findings"] == ["DL101 data-loader-bound"]
+    refused = _by_name(_json(TF32, "data-workers"))["data-workers"]
+    assert refused["refused"] == "no DataLoader fetch inside the steps" and refused["saving_per_step_us"] == 0.0

@@ -17,7 +17,7 @@ from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif import batch, fusion, precision
+from traceadvisor.whatif import batch, fusion, host_stalls, precision
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, Replay
@@ -177,6 +177,9 @@ SCENARIOS: dict[str, Scenario] = {
     "fuse-elementwise": Scenario("fuse-elementwise", ("memory-bound",), fusion.fuse_elementwise, "chains fused"),
     "fused-cross-entropy": Scenario("fused-cross-entropy", ("cross-entropy",), fusion.fused_cross_entropy, "fused CE"),
     "batch-size": Scenario("batch-size", ("batch-size",), batch.doubled_batch, "the batch doubled (2x the samples)"),
+    "data-workers": Scenario(
+        "data-workers", ("data-loader-bound",), host_stalls.data_workers, "DataLoader fetches moved to workers"
+    ),
 }
 
 
