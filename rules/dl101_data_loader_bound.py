@@ -15,18 +15,16 @@ from traceadvisor.rules_api import (
     Saving,
     Severity,
     Trace,
-    busy_in_windows,
     event_location,
     evidence_of,
     fmt_us,
     idle_of,
     in_steps,
     per_step,
-    predicted_step_ns,
     replay_basis,
     scenario_saving,
     share_of_steps,
-    steps_on_gpu,
+    unprofiled_idle_cap_ns,
     us,
     worth_reporting,
 )
@@ -43,23 +41,6 @@ RECOMMENDATION = (
 class Options:
     min_idle_pct: float = 1.0  # report only when loader-caused GPU idle is at least this share of the steps
     profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
-
-
-def unprofiled_idle_cap_ns(trace: Trace) -> float:
-    """The most GPU idle the analysed steps can hold without the profiler: steps x (predicted
-    unprofiled step - GPU busy per step). The kernels keep their durations without the profiler
-    (it costs host time, not GPU time), so a step of S with B of GPU work idles at most S - B; the
-    profiled gaps are longer, stretched by the profiler's host cost, and subtracting a per-event
-    cost from them (``profiler_event_us``) is not enough where the cost model does not cover every
-    event (p12_decode_after_stack: 9.9 ms claimed over 2 steps of 6.3 ms with 5.4 ms of GPU work).
-    Infinite where the replay predicts no step (no steps, no GPU)."""
-    steps = steps_on_gpu(trace)
-    step = predicted_step_ns(trace)
-    if not len(steps) or not trace.device_ids or not step > 0:
-        return float("inf")
-    starts, ends = steps["gpu_start_ns"].to_numpy(), steps["gpu_end_ns"].to_numpy()
-    busy = float(busy_in_windows(trace, trace.device_ids[0], starts, ends).sum()) / len(steps)
-    return len(steps) * max(0.0, step - busy)
 
 
 class DataLoaderBound(Rule[Options]):

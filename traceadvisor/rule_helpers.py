@@ -22,7 +22,7 @@ from traceadvisor.engine.rule import location_of
 from traceadvisor.report.finding import Evidence, Location
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif.savings import Saving
+from traceadvisor.whatif.savings import Saving, predicted_step_ns
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -253,3 +253,21 @@ def replay_basis(saving: Saving, what: str) -> str:
         f"{(saving.before_ns - saving.saving_ns) / 1e3:.1f} µs (the trace's dependency graph replayed "
         "without the profiler's host cost, then with the fix)"
     )
+
+
+def unprofiled_idle_cap_ns(trace: Trace) -> float:
+    """The most GPU idle the analysed steps can hold without the profiler: steps x (predicted
+    unprofiled step - GPU busy per step). The kernels keep their durations without the profiler
+    (it costs host time, not GPU time), so a step of S with B of GPU work idles at most S - B; the
+    profiled gaps are longer, stretched by the profiler's host cost, and subtracting a per-event
+    cost from them (``profiler_event_us``) is not enough where the cost model does not cover every
+    event (p12_decode_after_stack: 9.9 ms claimed over 2 steps of 6.3 ms with 5.4 ms of GPU work).
+    Infinite where the replay predicts no step (no steps, no GPU). A rule that estimates a saving
+    from idle gaps itself (idle-gap, data-loader-bound) caps it with this."""
+    steps = steps_on_gpu(trace)
+    step = predicted_step_ns(trace)
+    if not len(steps) or not trace.device_ids or not step > 0:
+        return float("inf")
+    starts, ends = steps["gpu_start_ns"].to_numpy(), steps["gpu_end_ns"].to_numpy()
+    busy = float(busy_in_windows(trace, trace.device_ids[0], starts, ends).sum()) / len(steps)
+    return len(steps) * max(0.0, step - busy)

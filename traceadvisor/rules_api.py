@@ -63,6 +63,7 @@ from traceadvisor.rule_helpers import (
     step_positions,
     steps_on_gpu,
     sync_location,
+    unprofiled_idle_cap_ns,
     us,
     worth_reporting,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "steps_on_gpu",
     "sync_location",
     "trace_capabilities",
+    "unprofiled_idle_cap_ns",
     "us",
     "worth_reporting",
 ]
