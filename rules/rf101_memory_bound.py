@@ -6,12 +6,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from traceadvisor.rules_api import (
-    LATENCY_FLOOR_NS,
-    MAX_INPUT_LINKS,
     Capability,
     Finding,
     Rule,
@@ -20,8 +17,9 @@ from traceadvisor.rules_api import (
     category_mask,
     evidence_from,
     fmt_ms,
+    fusible_kernels,
+    fusion_chains,
     op_location,
-    parse_raw,
     pct,
     per_step,
     plural,
@@ -125,7 +123,7 @@ class MemoryBound(Rule[Options]):
             return
         lo, hi, _ = trace.analysis_window
         k = roof.in_window(lo, hi)
-        chains = fusion_chains(trace, k[_eligible(trace, k)], opts.max_gap_us * 1000.0) if len(k) else k.iloc[:0]
+        chains = fusion_chains(trace, k[fusible_kernels(trace, k)], opts.max_gap_us * 1000.0) if len(k) else k.iloc[:0]
         if not len(chains):
             return
         replayed = scenario_saving(trace, "fuse-elementwise")
@@ -230,153 +228,6 @@ def _hottest(top: list[dict[str, Any]]) -> str:
         )
         or "none reaches the memory roof (the chained kernels are too small: launch and fixed costs dominate)"
     )
-
-
-def _eligible(trace: Trace, k: pd.DataFrame) -> np.ndarray:
-    """Kernels a fused kernel would replace, less those another rule owns.
-
-    Fusible op classes that are memory-bound, or latency-bound because they are tiny (roof time
-    under the latency floor; kernels starved of SMs are ``low-occupancy``'s, not fusion's).
-    Excluded: kernels of ops inside ``Optimizer.*`` annotations (``optimizer-not-fused`` owns
-    per-parameter optimizer kernels) and, when attention runs unfused (softmax over L×S score
-    matrices, L and S ≥ 128, no SDPA op), the ops on score-sized tensors (``unfused-attention``
-    owns them: SDPA removes them).
-    """
-    small = (k["bound"] == "latency") & (k["roof_time_ns"] < LATENCY_FLOOR_NS)
-    ok = k["fusible"].to_numpy(dtype=bool) & ((k["bound"] == "memory") | small).to_numpy()
-    op_rows = k["op"].to_numpy()
-    ok &= ~_inside(trace, op_rows, "Optimizer.")
-    scores = _score_numels(trace)
-    if scores:
-        cols = ["out_numel", *[f"in_numel_{i}" for i in range(MAX_INPUT_LINKS)]]
-        on_scores = np.isin(k[cols].to_numpy(), list(scores)).any(axis=1)
-        ok &= ~on_scores
-    return np.asarray(ok, dtype=bool)
-
-
-def _inside(trace: Trace, op_rows: np.ndarray, prefix: str) -> np.ndarray:
-    """Whether each host op lies inside an annotation whose name starts with ``prefix`` (same thread)."""
-    out = np.zeros(len(op_rows), dtype=bool)
-    ann = trace.annotations
-    ann = ann[category_mask(ann["name"], lambda names: names.str.startswith(prefix))]
-    if not len(ann) or not len(op_rows):
-        return out
-    host = trace.host
-    pid, tid, ts = (host[c].to_numpy()[host.index.get_indexer(op_rows)] for c in ("pid", "tid", "ts_ns"))
-    for (p, t), grp in ann.groupby(["pid", "tid"], sort=False):
-        sel = np.flatnonzero((pid == p) & (tid == t))
-        if not len(sel):
-            continue
-        g = grp.sort_values("ts_ns")
-        starts, ends = g["ts_ns"].to_numpy(), np.maximum.accumulate(g["end_ns"].to_numpy())
-        j = np.searchsorted(starts, ts[sel], side="right") - 1
-        out[sel] = (j >= 0) & (ts[sel] < ends[np.maximum(j, 0)])
-    return out
-
-
-_CHAIN_COLUMNS = ["dur_ns", "bytes", "flops", "saved", "links", "kernels", "first_op", "last_out", "fused_bytes"]
-_SOFTMAX = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
-_FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
-_MIN_SEQ = 128
-
-
-def _score_numels(trace: Trace) -> set[int]:
-    """Element counts of materialized attention score matrices (softmax over [..., L, S], L, S ≥ 128)."""
-    names = trace.ops["name"]
-    if category_mask(names, lambda n: n.str.contains("|".join(_FUSED_ATTENTION))).any():
-        return set()
-    out: set[int] = set()
-    for raw in trace.ops.loc[category_mask(names, lambda n: n.isin(_SOFTMAX)), "input_dims"].unique():
-        dims = parse_raw(raw)
-        shape = dims[0] if isinstance(dims, list) and dims else None
-        if isinstance(shape, list) and len(shape) >= 3 and shape[-1] >= _MIN_SEQ and shape[-2] >= _MIN_SEQ:
-            out.add(int(np.prod(shape)))
-    return out
-
-
-def fusion_chains(trace: Trace, k: pd.DataFrame, max_gap_ns: float) -> pd.DataFrame:
-    """Producer → consumer chains of the kernels ``k`` (eligible ones), one row per chain (≥ 2 ops).
-
-    Kernels are taken in stream order among *all* kernels of the window, so a kernel the roofline
-    does not model (a GEMM without shapes, a Triton kernel) breaks a chain. Columns: ``dur_ns``,
-    ``bytes``, ``flops``, ``fused_bytes`` (bytes less 2 × each intermediate output), ``kernels``,
-    ``first_op``; ``attrs["kernel_rows"]`` lists the chained kernels' rows.
-    """
-    if not len(k):
-        return pd.DataFrame(columns=_CHAIN_COLUMNS)
-    allk = trace.kernels
-    lo, hi = int(k["ts_ns"].min()), int(k["ts_ns"].max()) + 1
-    allk = allk[(allk["ts_ns"] >= lo) & (allk["ts_ns"] < hi)]
-    order = np.lexsort((allk["ts_ns"].to_numpy(), allk["stream"].to_numpy(), allk["device"].to_numpy()))
-    rows = allk.index.to_numpy()[order]
-    r = k.reindex(rows)
-    ok = r["op"].notna().to_numpy()  # the eligible kernels; every other kernel breaks a chain
-    dev, stream = allk["device"].to_numpy()[order], allk["stream"].to_numpy()[order]
-    ts, end = allk["ts_ns"].to_numpy()[order], allk["end_ns"].to_numpy()[order]
-    op = r["op"].fillna(-1).to_numpy(dtype=np.int64)
-    out_numel = r["out_numel"].fillna(0).to_numpy(dtype=np.int64)
-    n = len(rows)
-    same = np.zeros(n, dtype=bool)
-    linked = np.zeros(n, dtype=bool)
-    if n > 1:
-        step = _step_of(trace, ts)  # a chain is code inside one step: it never spans two
-        same[1:] = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1]) & (ts[1:] - end[:-1] <= max_gap_ns)
-        same[1:] &= step[1:] == step[:-1]
-        prev_out = out_numel[:-1]
-        feeds = np.zeros(n - 1, dtype=bool)
-        for i in range(MAX_INPUT_LINKS):
-            feeds |= (r[f"in_numel_{i}"].fillna(-1).to_numpy(dtype=np.int64)[1:] == prev_out) & (prev_out > 1)
-        linked[1:] = feeds & (op[1:] != op[:-1])
-        cont = same[1:] & ok[1:] & ok[:-1] & (feeds | (op[1:] == op[:-1]))
-    else:
-        cont = np.zeros(0, dtype=bool)
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = ~cont
-    chain = np.cumsum(starts) - 1
-    # The intermediate a link saves: the producer's output, written once and read back once.
-    saved = np.zeros(n)
-    prev_out_bytes = r["out_bytes"].fillna(0.0).to_numpy()
-    saved[1:] = np.where(linked[1:] & ~starts[1:], 2.0 * prev_out_bytes[:-1], 0.0)
-    df = pd.DataFrame(
-        {
-            "chain": chain[ok],
-            "dur_ns": r["dur_ns"].to_numpy(dtype=np.float64)[ok],
-            "bytes": r["bytes"].to_numpy(dtype=np.float64)[ok],
-            "flops": r["flops"].to_numpy(dtype=np.float64)[ok],
-            "saved": saved[ok],
-            "link": (linked & ~starts)[ok],
-            "op": op[ok],
-            "row": rows[ok],
-            "last_out": prev_out_bytes[ok],
-        }
-    )
-    g = df.groupby("chain", sort=False)
-    chains = g.agg(
-        dur_ns=("dur_ns", "sum"),
-        bytes=("bytes", "sum"),
-        flops=("flops", "sum"),
-        saved=("saved", "sum"),
-        links=("link", "sum"),
-        kernels=("dur_ns", "size"),
-        first_op=("op", "first"),
-        last_out=("last_out", "last"),
-    )
-    chains = chains[chains["links"] > 0]
-    chains["fused_bytes"] = np.maximum(chains["bytes"] - chains["saved"], chains["last_out"])
-    chains.attrs["kernel_rows"] = df.loc[df["chain"].isin(chains.index), "row"].to_numpy()
-    return chains
-
-
-def _step_of(trace: Trace, ts: np.ndarray) -> np.ndarray:
-    """Index of the step whose GPU window holds each kernel start (-1 outside every step)."""
-    t = trace.steps.table
-    if not len(t):
-        return np.zeros(len(ts), dtype=np.int64)
-    g = t[t["gpu_start_ns"] >= 0].sort_values("gpu_start_ns")
-    starts, ends = g["gpu_start_ns"].to_numpy(), g["gpu_end_ns"].to_numpy()
-    i = np.searchsorted(starts, ts, side="right") - 1
-    inside = (i >= 0) & (ts < ends[np.maximum(i, 0)]) if len(starts) else np.zeros(len(ts), dtype=bool)
-    return np.where(inside, i, -1)
 
 
 def _top_ops(mem: pd.DataFrame, bandwidth_gbs: float, n: int) -> list[dict[str, Any]]:

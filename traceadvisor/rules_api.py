@@ -71,6 +71,7 @@ from traceadvisor.trace import intervals
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.fusion import fusible_kernels, fusion_chains
 from traceadvisor.whatif.precision import layout_transposes, matrix_kernels
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
@@ -111,6 +112,8 @@ __all__ = [
     "evidence_of",
     "fmt_ms",
     "fmt_us",
+    "fusible_kernels",
+    "fusion_chains",
     "idle_attribution",
     "idle_of",
     "in_steps",
