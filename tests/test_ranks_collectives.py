@@ -236,3 +236,18 @@ def test_gloo_rows_are_the_worker_annotations(run: Path) -> None:
     assert m.key_kind == "ordinal"
     cm = collective_metrics(colls, m)
     assert (cm.per_rank["wait_ns"] >= 0).all()
+
+
+def test_point_to_point_waits_need_both_ends() -> None:
+    """A send pairs with its peer's recv (no type mismatch, waits known); two sends with no recv
+    in the frame say nothing about waiting: no waits, still a transfer."""
+    one = rank_collectives(load_file(NCCL_DATA)).iloc[:3]
+    pair = pd.concat([one.assign(rank=0, op="send"), one.assign(rank=1, op="recv")], ignore_index=True)
+    m = match_collectives(pair)
+    assert m.mismatches.empty
+    cm = collective_metrics(pair, m)
+    assert cm.per_rank["wait_ns"].notna().all() and (cm.instances["factor"] == 1.0).all()
+    alone = pd.concat([one.assign(rank=0, op="send"), one.assign(rank=1, op="send")], ignore_index=True)
+    cm = collective_metrics(alone, match_collectives(alone))
+    assert cm.per_rank["wait_ns"].isna().all() and cm.per_rank["arrival_wait_ns"].isna().all()
+    assert (cm.instances["transfer_ns"] == (one["end_ns"] - one["start_ns"]).to_numpy()).all()

@@ -17,6 +17,14 @@ the last one's data has arrived. So, as nsys-jax's ``align_profiler_data_timesta
 usable collective), ``collective-end``. The estimate is refused (``refused``, a warning, offsets not
 applied) when the residual exceeds 10% of the median duration of the collectives used: the ends
 then disagree by more than the collectives last, and an offset would move events by noise.
+
+The residual measures how much the ends scatter, not a bias that repeats in every instance. Gloo's
+(CPU) worker annotations end up to milliseconds apart on ranks of one host: on the multi-rank
+fixtures, with the ranks split into two "hosts" of one clock (true offset 0), the estimate was off
+by 3 µs to 1.2 ms with residuals of 35 to 570 µs when this was written (tests/test_ranks_align.py;
+two captures of the same runs gave 65 µs to 3 ms). The anchor is the one
+nsys-jax and attention-gym PR #487 use on GPU (NCCL kernel) ends; no multi-host NCCL pair is among
+the fixtures to measure its error here.
 """
 
 from __future__ import annotations

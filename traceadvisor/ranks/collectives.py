@@ -20,17 +20,21 @@ kernels are: one test for every rule and report), timed on the GPU. It is descri
    kernels; RCCL names every kernel ``ncclDevKernel_Generic``): ``unknown``. NVIDIA (nccl#739,
    #2196): a kernel's name does not say which operation it executes, hence last.
 
-CPU traces (gloo, torch 2.13, 2 processes, DDP + all_reduce/all_gather/broadcast/barrier; see
-``tests/test_ranks_collectives.py``): the main thread records the ``c10d::<op>`` op that enqueues the
-work (tens of µs; it returns before the collective runs) and no ``record_param_comms`` at all; each
-gloo worker thread (two per process group) records a ``gloo:<op>`` user annotation whose span is
-the collective's execution, waiting for the peers included (a ``gloo:barrier`` on the rank that
-arrived first lasts until the last one arrives), with the input tensor's ``Input Dims`` and C++
-``Input type`` (``float``, ``long int``). Those annotations are the rows (``op_source`` ``host op
-name``, or ``record_param_comms`` when an older build also wrote one with args). Without any
-worker annotation the rows are the ``record_param_comms`` host ops themselves. Gloo's queue is
-FIFO, so the k-th annotation of an op belongs to the k-th ``c10d::<op>`` launched before it: that
-launch gives the row its step.
+CPU traces (gloo). What a real run shows (torch 2.13 CPU, 2 processes under torchrun, DDP with 1 MB
+buckets plus explicit all_reduce, all_gather, broadcast and barrier, ``torch.profiler`` with
+``ProfilerActivity.CPU``; and the runs in ``fixtures/traces/multirank/``): the main thread records
+the ``c10d::<op>`` op that enqueues the work (tens of µs for an async DDP bucket; it returns
+before the collective runs) and no ``record_param_comms`` at all. Each of the process group's two
+gloo worker threads records a ``gloo:<op>`` user annotation whose span is the collective's
+execution, waiting for the peers included (rank 0's first bucket all-reduce lasts 28 ms while
+rank 1, which sleeps 20 ms per step, takes 9.9 ms), with the input tensor's ``Input Dims`` and C++
+``Input type`` (``float``, ``long int``; none on ``gloo:barrier``). Those annotations are the rows
+(``op_source`` ``host op name``, or ``record_param_comms`` when a build also wrote one with args);
+the process group comes from ``distributedInfo.pg_config`` when it lists a single group. Without
+any worker annotation the rows are the ``record_param_comms`` host ops themselves. The two worker
+threads run two buckets at once, so a later collective may start first: gloo's queue is FIFO, so
+the k-th annotation of an op belongs to the k-th ``c10d::<op>`` launched before it, and that
+launch gives the row its step and its place in ``ordinal``.
 
 ``bytes`` is S as nccl-tests defines it, computed by PARAM's single rule ``max(In, Out) msg nelems
 x dtype size`` (``et_replay/comm/profiler_trace_analysis.py``; doc multirank §1.2); NaN when the
@@ -247,6 +251,13 @@ def _gpu_rows(trace: Trace, kernels: pd.Index) -> list[dict[str, Any]]:
     rt_tid = trace.runtime["tid"].to_numpy(dtype=np.int64)
     rt_ts = trace.runtime["ts_ns"].to_numpy(dtype=np.int64)
     host = trace.host
+    records = coll.to_dict("index")  # small (one row per collective op and kernel): rows as dicts
+
+    def host_row(label: Any) -> dict[str, Any] | None:
+        if label is None:
+            return None
+        return {c: host.at[label, c] for c in ("name", "input_dims", "input_types")}
+
     rows: list[dict[str, Any]] = []
     for ts, end, name, stream, corr, launch, op_row in gpu.itertuples(index=False, name=None):
         if launch >= 0:
@@ -261,15 +272,11 @@ def _gpu_rows(trace: Trace, kernels: pd.Index) -> list[dict[str, Any]]:
         label = labels.innermost(pid, tid, at)
         outer = c10d_ops.innermost(pid, tid, at)
         if j is not None:
-            _describe(row, coll.loc[j], "args")
+            _describe(row, records[j], "args")
         elif (h_j := host_colls.innermost(pid, tid, at)) is not None:
-            _describe(row, coll.loc[h_j], "record_param_comms")
+            _describe(row, records[h_j], "record_param_comms")
         elif label is not None or outer is not None:
-            _describe_named(
-                row,
-                None if label is None else host.loc[label],
-                None if outer is None else host.loc[outer],
-            )
+            _describe_named(row, host_row(label), host_row(outer))
         else:
             row.update(op=kernel_name_op(str(name)), op_source="kernel name")
         rows.append(row)
@@ -315,7 +322,7 @@ def _host_named(trace: Trace) -> tuple[_HostIndex, _HostIndex]:
     return _HostIndex(trace.host, coll & ~c10d), _HostIndex(trace.host, c10d)
 
 
-def _describe(row: dict[str, Any], c: pd.Series, source: str) -> None:
+def _describe(row: dict[str, Any], c: Mapping[str, Any], source: str) -> None:
     row.update(
         op=normalise_op(c["collective"]),
         op_source=source,
@@ -329,12 +336,16 @@ def _describe(row: dict[str, Any], c: pd.Series, source: str) -> None:
     )
 
 
-def _describe_named(row: dict[str, Any], label: pd.Series | None, c10d: pd.Series | None = None) -> None:
+def _describe_named(
+    row: dict[str, Any], label: Mapping[str, Any] | None, c10d: Mapping[str, Any] | None = None
+) -> None:
     """Op from an nccl:/gloo: label or a c10d op's name. Input size and dtype from the label's first
     input (ProcessGroupNCCL/Gloo pass the collective's input tensors to its record_function);
     for c10d's ``_base`` ops (``_allgather_base_``, ``alltoall_base_``, ``_reduce_scatter_base_``),
     whose inputs are (output, input), both sizes from the op."""
-    name = str((label if label is not None else c10d)["name"])  # type: ignore[index]
+    named = label if label is not None else c10d
+    assert named is not None
+    name = str(named["name"])
     row.update(op=normalise_op(name), op_source="host op name")
     if label is not None:
         dims = _nelems(parse_raw(label["input_dims"]))
@@ -394,7 +405,7 @@ def _host_rows(trace: Trace) -> list[dict[str, Any]]:
     for i in worker.sort_values("ts_ns", kind="stable").index:
         w = worker.loc[i]
         row: dict[str, Any] = {"on_gpu": False, "stream": -1, "start_ns": int(w["ts_ns"]), "end_ns": int(w["end_ns"])}
-        _describe_named(row, w)
+        _describe_named(row, w.to_dict())
         op = str(row["op"])
         launch_ns = int(w["ts_ns"])
         q = queue.get(op, [])
@@ -409,7 +420,7 @@ def _host_rows(trace: Trace) -> list[dict[str, Any]]:
             if j is None:
                 j = rpc_at.get((int(host.at[c10d, "pid"]), launch_ns))
             if j is not None:
-                _describe(row, rpc.loc[j], "record_param_comms")
+                _describe(row, rpc.loc[j].to_dict(), "record_param_comms")
         row["launch_ns"] = launch_ns
         rows.append(row)
     _pg_from_distributed_info(rows, trace.meta.distributed)
@@ -423,7 +434,7 @@ def _rpc_rows(rpc: pd.DataFrame) -> list[dict[str, Any]]:
         c = rpc.loc[i]
         row: dict[str, Any] = {"on_gpu": False, "stream": -1, "start_ns": int(c["ts_ns"]), "end_ns": int(c["end_ns"])}
         row["launch_ns"] = row["start_ns"]
-        _describe(row, c, "record_param_comms")
+        _describe(row, c.to_dict(), "record_param_comms")
         rows.append(row)
     return rows
 
