@@ -251,3 +251,19 @@ def test_point_to_point_waits_need_both_ends() -> None:
     cm = collective_metrics(alone, match_collectives(alone))
     assert cm.per_rank["wait_ns"].isna().all() and cm.per_rank["arrival_wait_ns"].isna().all()
     assert (cm.instances["transfer_ns"] == (one["end_ns"] - one["start_ns"]).to_numpy()).all()
+
+
+def test_seq_key_when_every_row_has_it() -> None:
+    """With Kineto's ``Seq`` on every row of a group the key is (pg, Seq), so a rank whose window
+    began one collective later still pairs correctly; one row without it and the group falls back
+    to the ordinal, which then pairs the shifted rows wrongly (and says so)."""
+    one = rank_collectives(load_file(NCCL_DATA)).assign(seq=lambda f: f["ordinal"] + 100)
+    late = one.iloc[1:].assign(ordinal=lambda f: f["ordinal"] - 1)  # rank 1 missed the first one
+    colls = pd.concat([one.assign(rank=0), late.assign(rank=1)], ignore_index=True)
+    m = match_collectives(colls)
+    assert m.key_kind == "seq"
+    assert list(m.mismatches["kind"]) == ["missing"] and m.mismatches["key"].iloc[0] == 100
+    assert m.coverage == pytest.approx(40 / 41)
+    colls.loc[len(one) + 2, "seq"] = -1
+    m = match_collectives(colls)
+    assert m.key_kind == "ordinal" and {"dtype", "size"} <= set(m.mismatches["kind"])
