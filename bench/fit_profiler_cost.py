@@ -59,6 +59,10 @@ def traces_of(
 # shapes: the same callback path, so it shares that cost rather than getting a free parameter (too
 # few annotations per step to identify one: fitted freely it soaked up each pair's noise).
 TIED = {"annotation": "op", "step": "op"}
+# Costs taken from the microbenchmark, never fitted on the pairs: the runtime call (in the pairs
+# every runtime call comes with its op, and fitted freely the two traded off) and Inductor's launch
+# records (only the compiled side of one fit pair has a few: the pairs cannot pin them down).
+FROM_MICROBENCH = ("runtime", "inductor_launch", "inductor_launch_shapes", "compiled_region")
 
 
 def tied(ns: dict[str, float]) -> dict[str, float]:
@@ -132,15 +136,36 @@ def fit(
     return tied(ns), [k for k in KINDS if k not in seen and k not in TIED and k not in fixed]
 
 
+def _events(row: dict[str, Any]) -> dict[str, float]:
+    """A microbenchmark row's events per iteration in this model's kinds: a launch record counted
+    with shapes under a config that records them."""
+    ev = dict(row["events_per_iter"])
+    if row["config"] != "plain" and "inductor_launch" in ev:
+        ev["inductor_launch_shapes"] = ev.pop("inductor_launch")
+    return ev
+
+
 def microbench_costs(path: Path) -> dict[str, float]:
-    """Per-kind costs solved from fixtures/profiler_cost_bench.json (interleaved blocks a few ms apart:
-    immune to the host's drift), by non-negative least squares over its loop x config rows."""
+    """Per-kind costs from fixtures/profiler_cost_bench.json (interleaved blocks a few ms apart:
+    immune to the host's drift). The runtime call first, directly: the ``op`` loop and the same op
+    on CPU tensors (``cpu_op``) differ by one runtime call and nothing else, so its cost is the
+    median over (run, config) of their difference; solved jointly, it traded off against the op
+    (it always comes with one) and fell to 0. The rest by non-negative least squares over the loop
+    x config rows, with the runtime calls' cost taken off."""
     rows = json.loads(path.read_text())["rows"]
-    kinds = [k for k in KINDS if k != "step"]
-    a = np.array([[r["events_per_iter"].get(k, 0.0) for k in kinds] for r in rows])
-    b = np.array([r["cost_ns_per_iter"] for r in rows])
+    cost = {(r.get("run", ""), r["config"], r["loop"]): r["cost_ns_per_iter"] for r in rows}
+    diffs = [
+        v - cost[(run, cfg, "cpu_op")]
+        for (run, cfg, loop), v in cost.items()
+        if loop == "op" and (run, cfg, "cpu_op") in cost
+    ]
+    runtime = float(np.median(diffs))
+    kinds = [k for k in KINDS if k not in ("step", "runtime")]
+    a = np.array([[_events(r).get(k, 0.0) for k in kinds] for r in rows])
+    b = np.array([r["cost_ns_per_iter"] - runtime * _events(r).get("runtime", 0.0) for r in rows])
     x = nnls(a, b)
     ns = {k: float(v) for k, v in zip(kinds, x, strict=True)}
+    ns["runtime"] = runtime
     ns["step"] = ns["op"]  # prof.step() records one annotation, like an op without shapes
     return ns
 
@@ -165,7 +190,7 @@ def main() -> int:
     # the two traded off (11.4 µs per runtime call, more than the 8 µs such a call lasts).
     base = microbench_costs(args.microbench)
     print("microbenchmark costs (ns): " + ", ".join(f"{k} {v:.0f}" for k, v in base.items()))
-    ns, unseen = fit(rows, fixed={"runtime": base["runtime"]})
+    ns, unseen = fit(rows, fixed={k: base[k] for k in FROM_MICROBENCH})
     print(f"\nfitted on {len(rows)} traces of {len({r[0] for r in rows})} pairs in {time.monotonic() - t0:.0f} s")
     print(f"{'pair':12s} {'trace':16s} {'measured µs':>12s} {'predicted µs':>12s} {'error %':>8s}")
     errs = []
@@ -185,7 +210,7 @@ def main() -> int:
                 "pairs": sorted({r[0] for r in rows}),
                 "traces": len(rows),
                 "reference": args.reference,
-                "fixed_from_microbench": {"runtime": round(base["runtime"], 1)},
+                "fixed_from_microbench": {k: round(base[k], 1) for k in FROM_MICROBENCH},
                 "microbench": "fixtures/profiler_cost_bench.json",
                 "not_fitted": unseen,
                 "tied": TIED,

@@ -59,7 +59,7 @@ def err_pct(pred: float, meas: float) -> float:
     return (pred - meas) / meas * 100.0 if meas else math.nan
 
 
-def validate(pairs: dict[str, Any], variant: str) -> list[dict[str, Any]]:
+def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool = False) -> list[dict[str, Any]]:
     out = []
     for name, p in pairs["pairs"].items():
         if p.get("status") != "ok":
@@ -70,7 +70,11 @@ def validate(pairs: dict[str, Any], variant: str) -> list[dict[str, Any]]:
             rec = p["traces"].get(f"{side}_{variant}")
             if rec is None:
                 continue
-            trace = load_file(ROOT / "fixtures" / "traces" / rec["file"])
+            trace = load_file(traces / rec["file"])
+            if calibrated and rec.get("adjacent_unprofiled_us"):
+                # what traceadvisor capture stores: the step times measured with the profiler off
+                # in the same process right around the window (capture_pairs' adjacent rounds)
+                trace.meta.traceadvisor = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
             pred = predicted_step_ns(trace) / 1e3
             row[f"{side}_measured_us"] = p[f"{side}_step_us"]["median"]
             row[f"{side}_adjacent_us"] = rec.get("adjacent_unprofiled_us", {}).get("median")
@@ -113,8 +117,13 @@ def main() -> int:
     ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12.json")
     ap.add_argument("--variant", default="stack")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--calibrated",
+        action="store_true",
+        help="give each trace the unprofiled steps measured around its capture, as traceadvisor capture does",
+    )
     args = ap.parse_args()
-    rows = validate(json.loads(args.pairs.read_text()), args.variant)
+    rows = validate(json.loads(args.pairs.read_text()), args.variant, args.pairs.parent / "traces", args.calibrated)
     print(
         f"{'pair':12s} {'split':10s} {'scenario':20s} | {'before µs meas/adj/pred':>30s} {'err%':>6s} | "
         f"{'after µs meas/adj/pred':>30s} {'err%':>6s} | {'saving % meas/pred':>18s} {'err%':>6s} noise"

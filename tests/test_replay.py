@@ -18,8 +18,8 @@ from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.replay import Overrides, measured_replay, replay, replay_error_pct
 
 TRACES = sorted(FIXTURE_TRACES.glob("*.json.gz")) + sorted(EXTERNAL.rglob("*.json.gz"))
-# Above the 2% target, with the reason checked below (test_rank0_error_is_its_missing_launches).
-KNOWN_ABOVE = {"rank0.json.gz"}
+# Above the 2% target (none since the replay infers unrecorded waits and keeps external ones).
+KNOWN_ABOVE: set[str] = set()
 
 
 def _load(name: str) -> Trace:
@@ -45,20 +45,55 @@ def test_unchanged_replay_reproduces_every_step(path: Path) -> None:
         assert r.error_pct <= 2.0, [(s.step, round(s.error_pct, 3)) for s in r.steps]
 
 
-def test_rank0_error_is_its_missing_launches() -> None:
+def test_rank0_replays_its_unrecorded_waits() -> None:
     """HTA's rank0 (kineto of 2023) has no cuda_sync events, so its cudaStreamWaitEvent calls name no
-    stream, and its default stream runs ~150 ms of work queued before the profiler started (no runtime
-    record: correlation ids below the trace's first call). A side stream waits for that work through
-    an event the trace cannot resolve; the replay starts it early and the step ends early."""
+    stream; its NCCL SendRecv kernels start 5-180 ms after their launch, a few µs after compute work
+    on another stream ends, and its CUDA-graph memsets start up to 64 ms late on an idle GPU. With
+    release delays capped at the device's 99th percentile it replayed ~31% short; inferring the
+    waits (start within 50 µs of another stream's end) and keeping the idle waits as external
+    brings every step within 2%, and the external wait is reported, not hidden."""
     trace = _load("rank0.json.gz")
-    gpu, rt = trace.gpu, trace.runtime
-    unlaunched = gpu[gpu["launch"] < 0]
-    assert (unlaunched["correlation"] < rt["correlation"].min()).all()
-    assert int(unlaunched["end_ns"].max() - unlaunched["ts_ns"].min()) > 100_000_000
-    assert not (trace.syncs["wait_on_event_corr"] >= 0).any()
-    assert (rt["name"].astype(str) == "cudaStreamWaitEvent").sum() > 100
-    err = replay(trace).error_pct
-    assert err is not None and 2.0 < err < 40.0
+    assert not (trace.syncs["wait_on_event_corr"] >= 0).any()  # no recorded event waits
+    r = replay(trace)
+    assert r.error_pct is not None and r.error_pct <= 2.0
+    g = trace.gpu
+    nccl = np.flatnonzero(g["name"].astype(str).str.startswith("ncclKernel").to_numpy() & (g["launch"] >= 0).to_numpy())
+    assert len(nccl) > 20
+    ext = r.external_wait_per_step_ns
+    assert ext is not None
+    steps = trace.steps.table
+    dev = trace.device_ids[0]
+    idle = [
+        (ge - cs) - trace.busy_ns(dev, cs, ge)
+        for cs, ge in zip(steps["cpu_start_ns"].tolist(), steps["gpu_end_ns"].tolist(), strict=True)
+    ]
+    # tens of ms per step wait on other ranks, and never more than the GPU idled in the step
+    assert 20_000_000 < ext < min(idle)
+
+
+def test_inferred_wait_moves_with_its_source() -> None:
+    """An inferred cross-stream wait is a dependency, not a fixed delay: lengthen the compute kernel
+    an NCCL kernel waited for by 2 ms and the NCCL kernel starts 2 ms later."""
+    trace = _load("rank0.json.gz")
+    base = replay(trace)
+    g = trace.gpu
+    start, end, stream = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy(), g["stream"].to_numpy()
+    nccl = np.flatnonzero(g["name"].astype(str).str.startswith("ncclKernel").to_numpy() & (g["launch"] >= 0).to_numpy())
+    launch_end = trace.runtime["end_ns"].to_numpy()[g["launch"].to_numpy()]
+    # an NCCL kernel released > 1 ms before it started (launch and its stream long done) that started
+    # right after a launched kernel on another stream ended
+    for n in nccl.tolist():
+        prev = np.flatnonzero((stream == stream[n]) & (end <= start[n]))
+        released = max(int(launch_end[n]), int(end[prev].max()) if len(prev) else 0)
+        other = np.flatnonzero((stream != stream[n]) & (end <= start[n]) & (g["launch"].to_numpy() >= 0))
+        src = int(other[np.argmax(end[other])])
+        if start[n] - released > 1_000_000 and 0 <= start[n] - end[src] < 50_000:
+            break
+    else:
+        pytest.fail("no NCCL kernel waits right after another stream's kernel")
+    longer = replay(trace, Overrides(gpu_dur_ns={src: int(end[src] - start[src]) + 2_000_000}))
+    moved = int(longer.gpu_start_ns[n] - base.gpu_start_ns[n])
+    assert 1_900_000 <= moved <= 2_100_000, moved
 
 
 def test_queued_work_from_before_the_window_holds_the_stream() -> None:

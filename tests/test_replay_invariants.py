@@ -39,15 +39,7 @@ TRACES = sorted(FIXTURE_TRACES.glob("*.json.gz")) + external_traces()
 IDS = [str(p.relative_to(p.parents[1])) for p in TRACES]
 
 # Traces whose replay misses a step by more than MAX_REPLAY_ERROR_PCT, with the measured reason.
-KNOWN_REPLAY_ERRORS = {
-    "hta/rank0.json.gz": (
-        "waits the trace does not record: ~18 GPU records per step (CUDA-graph nodes and memsets on the "
-        "default stream 7, NCCL SendRecv kernels on stream 84, fbgemm work on stream 27) start 5.5 to 64 ms "
-        "after their stream and launch allowed them, with no GPU work ending right before them on any "
-        "stream (kineto of 2023: no cuda_sync events, cudaStreamWaitEvent calls name no stream); the "
-        "replay caps release delays at the device's 99th percentile (5.5 ms), so each step replays ~31% short"
-    ),
-}
+KNOWN_REPLAY_ERRORS: dict[str, str] = {}
 
 
 @functools.cache

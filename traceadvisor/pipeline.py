@@ -64,7 +64,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
     from traceadvisor.summary.step_time import step_time
     from traceadvisor.summary.steps import step_summaries
     from traceadvisor.summary.units import us
-    from traceadvisor.whatif.replay import replay_error_pct
+    from traceadvisor.whatif.replay import external_wait_per_step_ns, replay_error_pct
 
     lo, hi, basis = trace.analysis_window
     window = hi - lo
@@ -92,6 +92,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
         capture=dict(trace.meta.flags),
         warnings=tuple(trace.meta.warnings),
         replay_error_pct=replay_error_pct(trace),
+        replay_external_wait_us=_us_or_none(external_wait_per_step_ns(trace)),
         measured_unprofiled_step_us=MeasuredSteps.of_key(trace.meta.traceadvisor),
         step_time=step_time(trace, main),
     )
@@ -207,3 +208,8 @@ def _loaded_claims(config: Config) -> dict[str, str | None]:
     from traceadvisor.engine.registry import claims_of, discover
 
     return claims_of(discover(config.rules_dirs))
+
+
+def _us_or_none(ns: float | None) -> float | None:
+    """ns -> µs, keeping None (no steps)."""
+    return None if ns is None else ns / 1000.0

@@ -49,6 +49,19 @@ def step_time_line(st: StepTime) -> str:
     return line
 
 
+# External waits below this share of the step are launch latencies after an idle spell: not worth a line.
+EXTERNAL_WAIT_MIN_SHARE = 0.01
+
+
+def replay_line(error_pct: float, external_wait_us: float | None, step_us: float | None) -> str:
+    """How well the replay reproduces the steps, and what it keeps as measured because the trace
+    does not hold its cause (GPU waits on other ranks or processes), when that is material."""
+    line = f"steps reproduced within {error_pct:.2f}%"
+    if external_wait_us and step_us and external_wait_us >= EXTERNAL_WAIT_MIN_SHARE * step_us:
+        line += f"; {ms(external_wait_us)} per step of GPU waits on work outside the trace kept as measured"
+    return line
+
+
 def pct(value: float) -> str:
     return f"{value:.1f}%"
 

@@ -468,6 +468,9 @@ class TraceSummary:
     # Max over steps of |replayed - measured| / measured step span, % (whatif/replay.py); None
     # without steps. How far a what-if saving computed by the replay can be trusted on this trace.
     replay_error_pct: float | None = None
+    # Mean per step of the GPU waits on work outside the trace (another rank, another process, a
+    # host node in a CUDA graph) that the replay keeps as measured; None without steps.
+    replay_external_wait_us: float | None = None
     # Step times measured with the profiler off (capture's skipped and wait steps; the trace's
     # top-level "traceadvisor" key); None when the trace does not carry them.
     measured_unprofiled_step_us: MeasuredSteps | None = None
@@ -501,6 +504,7 @@ class TraceSummary:
             "capture": dict(self.capture),
             "warnings": list(self.warnings),
             "replay_error_pct": self.replay_error_pct,
+            "replay_external_wait_us": self.replay_external_wait_us,
             "measured_unprofiled_step_us": _maybe_dict(self.measured_unprofiled_step_us),
             "unprofiled_step_us": self.unprofiled_step_us,
             "step_time": _maybe_dict(self.step_time),
@@ -530,6 +534,7 @@ class TraceSummary:
             capture=dict(d["capture"]),
             warnings=tuple(d["warnings"]),
             replay_error_pct=d.get("replay_error_pct"),
+            replay_external_wait_us=d.get("replay_external_wait_us"),
             measured_unprofiled_step_us=MeasuredSteps.from_dict(d.get("measured_unprofiled_step_us")),
             step_time=StepTime.from_dict(d.get("step_time")),
         )

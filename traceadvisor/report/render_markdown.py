@@ -18,6 +18,7 @@ from traceadvisor.report.format import (
     hidden_steps_line,
     more_warnings_line,
     num,
+    replay_line,
     step_time_line,
 )
 from traceadvisor.report.format import ms as _ms
@@ -67,7 +68,7 @@ def _trace(t: TraceSummary) -> list[str]:
     out.append(f"- window: {_ms(t.window_us)} ({markdown(t.window_basis)})")
     out.append(f"- GPU busy: {t.gpu_busy_pct:.1f}% ({_ms(t.gpu_busy_us)}); {t.kernel_count} kernels")
     if t.replay_error_pct is not None:
-        out.append(f"- replay: steps reproduced within {t.replay_error_pct:.2f}%")
+        out.append(f"- replay: {replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))}")
     if (st := t.step_time) is not None:
         out.append(f"- step: {step_time_line(st)}")
     if (m := t.measured_unprofiled_step_us) is not None:
@@ -181,3 +182,8 @@ def _roofline(r: RooflineSummary) -> list[str]:
         if above_roof(r.top_kernels):
             out += [f"_{ABOVE_ROOF_NOTE}_", ""]
     return out
+
+
+def _step_us(t: TraceSummary) -> float | None:
+    """The profiled step, µs (None without steps)."""
+    return t.step_time.profiled_step_us if t.step_time is not None else None

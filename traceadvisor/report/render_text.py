@@ -23,6 +23,7 @@ from traceadvisor.report.format import (
     hidden_steps_line,
     more_warnings_line,
     num,
+    replay_line,
     step_time_line,
 )
 from traceadvisor.report.format import ms as _ms
@@ -93,7 +94,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
         f"({_ms(t.gpu_busy_us)}), idle {_ms(t.gpu_idle_us)}, {t.kernel_count} kernels"
     )
     if t.replay_error_pct is not None:
-        console.print(f"  replay: steps reproduced within {t.replay_error_pct:.2f}% (what-if savings rest on it)")
+        line = replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))
+        console.print(f"  replay: {line} (what-if savings rest on it)")
     if (st := t.step_time) is not None:
         console.print(f"  step: {step_time_line(st)}")
     if (m := t.measured_unprofiled_step_us) is not None:
@@ -225,3 +227,8 @@ def _roofline(console: Console, r: RooflineSummary) -> None:
     console.print(tab)
     if above_roof(r.top_kernels):
         console.print(f"  {ABOVE_ROOF_NOTE}")
+
+
+def _step_us(t: TraceSummary) -> float | None:
+    """The profiled step, µs (None without steps)."""
+    return t.step_time.profiled_step_us if t.step_time is not None else None

@@ -34,7 +34,19 @@ from traceadvisor.whatif.host_time import HostTimeMap, point_costs, thread_key
 from traceadvisor.whatif.replay import Overrides, Replay, replay
 from traceadvisor.whatif.scenarios import GRAPH_LAUNCH_NS
 
-KINDS = ("op_shapes", "op", "python", "python_builtin", "annotation", "step", "runtime", "memory")
+KINDS = (
+    "op_shapes",
+    "op",
+    "python",
+    "python_builtin",
+    "annotation",
+    "step",
+    "runtime",
+    "memory",
+    "inductor_launch",
+    "inductor_launch_shapes",
+    "compiled_region",
+)
 KIND_HELP = {
     "op_shapes": "an op (cpu_op) recorded with its input shapes (record_shapes=True)",
     "op": "an op recorded without shapes",
@@ -44,7 +56,18 @@ KIND_HELP = {
     "step": "a ProfilerStep#N annotation (the profiler's own work at each prof.step())",
     "runtime": "a CUDA runtime or driver call (CUPTI callback)",
     "memory": "a memory event (profile_memory=True)",
+    "inductor_launch": "a torch.compile'd (Inductor) Triton kernel's launch record, without shapes",
+    "inductor_launch_shapes": "a torch.compile'd (Inductor) Triton kernel's launch record with its arguments' shapes",
+    "compiled_region": "the records of one call of a torch.compile'd function (Dynamo's region, the FX graph's call)",
 }
+# Inductor names the host record of each Triton launch after the kernel (triton_poi_/red_/per_/tem_...).
+# Under the profiler its launcher leaves the cached fast path and wraps the launch in a
+# _RecordFunctionFast carrying every argument (torch/_inductor/runtime/triton_heuristics.py,
+# CachingAutotuner.run): fixtures/profiler_cost_bench.py measures 10-23 µs per launch without shapes
+# and 33-38 µs with them, against ~3 µs for an eager op.
+INDUCTOR_LAUNCH_PREFIX = "triton_"
+# The host records one call of a compiled function makes around its graph, whatever their category.
+COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "## Call CompiledFxGraph")
 
 
 @dataclass(frozen=True)
@@ -70,6 +93,15 @@ def event_kinds(trace: Trace) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int
         shapes = host["input_dims"].notna().to_numpy()
         kind = np.where(ann, KINDS.index("annotation"), np.where(shapes, KINDS.index("op_shapes"), KINDS.index("op")))
         kind = np.where(step, KINDS.index("step"), kind)
+        names = host["name"].astype(str)
+        launch = ~ann & names.str.startswith(INDUCTOR_LAUNCH_PREFIX).to_numpy()
+        region = names.str.startswith(COMPILED_REGION_PREFIXES).to_numpy()
+        kind = np.where(
+            launch,
+            np.where(shapes, KINDS.index("inductor_launch_shapes"), KINDS.index("inductor_launch")),
+            kind,
+        )
+        kind = np.where(region, KINDS.index("compiled_region"), kind)
         parts.append((host, kind))
     frames = trace.frames
     if len(frames):

@@ -35,7 +35,9 @@ import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.analyses.cache import memoised
+from traceadvisor.trace import intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
+from traceadvisor.trace.intervals import covered
 from traceadvisor.trace.model import Trace
 from traceadvisor.trace.steps import name_codes
 from traceadvisor.whatif.host_time import HostTimeMap, thread_key
@@ -45,6 +47,9 @@ I64 = npt.NDArray[np.int64]
 # Release delays above this percentile of a device's delays are capped to it: launch latency and
 # back-to-back gaps are a few µs and steady; a much longer delay is a wait the model does not see.
 DELAY_PERCENTILE = 99.0
+# A record released late that starts within this of another stream's record ending waited for it:
+# a cross-stream event wait resolves in a few µs on the GPU (its start follows the end it awaited).
+INFERRED_WAIT_NS = 50_000
 # Calls that wait for one stream when their 'stream' argument is recorded.
 _STREAM_CALLS = frozenset({"cudaStreamSynchronize", "cuStreamSynchronize", "hipStreamSynchronize"})
 # Calls that enqueue a copy and wait for it (synchronous memcpy: it returns when its copy is done).
@@ -88,6 +93,9 @@ class StepReplay:
     # backlog of earlier steps; the spacing of the ends is its step time (what-if scenarios)
     measured_end_ns: int = 0
     replayed_end_ns: int = 0
+    # GPU waits on work outside the trace that the replay keeps as measured (``_kept_delays``),
+    # summed over the records launched in the step
+    external_wait_ns: int = 0
 
     @property
     def error_pct(self) -> float:
@@ -104,6 +112,8 @@ class Replay:
     gpu_start_ns: I64
     gpu_end_ns: I64
     steps: tuple[StepReplay, ...]
+    # per gpu row, where the release delay kept as an external wait began (-1: none; ``_kept_delays``)
+    external_from_ns: I64 | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -111,6 +121,14 @@ class Replay:
         if not self.steps:
             return None
         return max(s.error_pct for s in self.steps)
+
+    @property
+    def external_wait_per_step_ns(self) -> float | None:
+        """Mean over steps of the GPU waits on work outside the trace kept as measured (None
+        without steps): what no scenario on this trace can move."""
+        if not self.steps:
+            return None
+        return sum(s.external_wait_ns for s in self.steps) / len(self.steps)
 
 
 @dataclass
@@ -148,9 +166,10 @@ def replay(trace: Trace, overrides: Overrides | None = None) -> Replay:
     launch = gpu["launch"].to_numpy()
     launched = np.flatnonzero(launch >= 0)
     shifts = _Shifts()
+    external = np.full(len(gpu), -1, dtype=np.int64)
     if len(launched):
-        _simulate(trace, launched, ov, start, end, shifts)
-    return Replay(start, end, _steps(trace, start, end, shifts, ov.host_removed))
+        _simulate(trace, launched, ov, start, end, shifts, external)
+    return Replay(start, end, _steps(trace, start, end, shifts, ov.host_removed, external), external)
 
 
 def _stream_keys(gpu: pd.DataFrame, rows: I64) -> I64:
@@ -259,7 +278,7 @@ def _names_where(table: pd.DataFrame, test: Callable[[str], bool]) -> npt.NDArra
     return hit[codes]  # code -1 (no name) reads the trailing False
 
 
-def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, shifts: _Shifts) -> None:
+def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, shifts: _Shifts, external: I64) -> None:
     """Run the replay loop over launched GPU records and blocking calls, in measured launch order."""
     gpu, rt = trace.gpu, trace.runtime
     is_blocking = _names_where(rt, lambda n: n in BLOCKING_CALLS)
@@ -285,9 +304,15 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
         for r, srcs in waits.items():
             i = pos[r]
             release[i] = max(int(release[i]), max(int(meas_end[s]) for s in srcs))
-    caps = _release_caps(gpu, rows, release)
-    dev = gpu["device"].to_numpy()[rows]
-    delay = np.minimum(meas_start[rows] - release, np.array([caps[d] for d in dev.tolist()], dtype=np.int64))
+    inferred = _inferred_waits(trace, rows, release)
+    if inferred:
+        pos = {r: i for i, r in enumerate(rows.tolist())}
+        for r, src in inferred.items():
+            waits.setdefault(r, []).append(src)
+            release[pos[r]] = max(int(release[pos[r]]), int(meas_end[src]))
+    delay, kept_idle = _kept_delays(trace, rows, release)
+    # where each external wait began (its record's release); -1: none
+    external[rows] = np.where(kept_idle > 0, release, -1)
     dur = (meas_end - meas_start)[rows].copy()
     if ov.gpu_delay_ns:
         pos = pd.Index(rows).get_indexer(np.fromiter(ov.gpu_delay_ns, dtype=np.int64))
@@ -303,6 +328,70 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
     ov = replace(ov, host_dur_ns={int(r): ov.host_dur_ns[int(r)] for r in host.tolist()})
     calls = np.union1d(calls, host).astype(np.int64)
     _loop(trace, rows, lrow, keys, delay, dur, launch_ref, floor, waits, calls, ov, start, end, shifts)
+
+
+def _inferred_waits(trace: Trace, rows: I64, release: I64) -> dict[int, int]:
+    """gpu row -> the launched record on another stream it evidently waited for, for each record
+    whose delay exceeds the device's cap and that started within ``INFERRED_WAIT_NS`` of such a
+    record's end (Lumos-style dependency inference: an event wait the trace does not record,
+    e.g. an NCCL stream waiting on the compute stream through cudaStreamWaitEvent in a kineto
+    without ``cuda_sync`` events). The wait then moves with its source in every scenario."""
+    gpu = trace.gpu
+    meas_start, meas_end = gpu["ts_ns"].to_numpy(), gpu["end_ns"].to_numpy()
+    launched = gpu["launch"].to_numpy() >= 0
+    caps = _release_caps(gpu, rows, release)
+    dev_all, stream_all = gpu["device"].to_numpy(), gpu["stream"].to_numpy()
+    dev = dev_all[rows]
+    cap = np.array([caps[d] for d in dev.tolist()], dtype=np.int64)
+    over = np.flatnonzero(meas_start[rows] - release > cap)
+    out: dict[int, int] = {}
+    by_dev: dict[int, tuple[I64, I64]] = {}
+    for i in over.tolist():
+        r, d = int(rows[i]), int(dev[i])
+        if d not in by_dev:
+            mine = np.flatnonzero(dev_all == d)
+            mine = mine[np.argsort(meas_end[mine], kind="stable")]
+            by_dev[d] = (mine, meas_end[mine])
+        mine, ends = by_dev[d]
+        k = int(np.searchsorted(ends, meas_start[r], side="right")) - 1
+        # the latest work on another stream that ended by the start, looking past same-stream ones
+        while k >= 0 and stream_all[mine[k]] == stream_all[r]:
+            k -= 1
+        if k < 0 or meas_start[r] - ends[k] > INFERRED_WAIT_NS or ends[k] <= release[i]:
+            continue
+        if launched[mine[k]]:
+            out[r] = int(mine[k])
+    return out
+
+
+def _kept_delays(trace: Trace, rows: I64, release: I64) -> tuple[I64, I64]:
+    """The release delay each record keeps: its measured one, capped at the device's
+    ``DELAY_PERCENTILE`` plus the time the whole device sat idle inside it.
+
+    A delay far above the device's usual launch latency is a wait. Where other work ran during it,
+    the model should have seen what the record waited for, so only the cap is kept (a wait the model
+    does not explain is not silently kept). Where the device ran nothing at all, the record waited
+    for something the trace does not hold: another rank (an NCCL kernel waits inside its peers'
+    progress), another process's work, a host node or an external event wait inside a CUDA graph.
+    That idle part is kept as an *external wait* (measured, moved with its release, reported by
+    ``external_wait_ns``): no change to this trace's own work can explain it away. Returns the
+    delays and their external parts.
+    """
+    gpu = trace.gpu
+    meas_start = gpu["ts_ns"].to_numpy()[rows]
+    caps = _release_caps(gpu, rows, release)
+    dev = gpu["device"].to_numpy()[rows]
+    cap = np.array([caps[d] for d in dev.tolist()], dtype=np.int64)
+    measured = meas_start - release
+    delay = np.minimum(measured, cap)
+    over = np.flatnonzero(measured > cap)
+    for d in np.unique(dev[over]).tolist():
+        mine = over[dev[over] == d]
+        s, e = trace.busy_intervals(int(d))
+        lo, hi = release[mine], meas_start[mine]
+        idle = (hi - lo) - covered(s, e, lo, hi)
+        delay[mine] = np.minimum(measured[mine], cap[mine] + idle)
+    return delay, delay - np.minimum(measured, cap)
 
 
 def _consistent_waits(gpu: pd.DataFrame, raw: dict[int, list[int]]) -> tuple[dict[int, list[int]], dict[int, int]]:
@@ -537,7 +626,9 @@ def _awaited(
     return best_r, best_m
 
 
-def _steps(trace: Trace, start: I64, end: I64, shifts: _Shifts, removed: HostTimeMap) -> tuple[StepReplay, ...]:
+def _steps(
+    trace: Trace, start: I64, end: I64, shifts: _Shifts, removed: HostTimeMap, external: I64
+) -> tuple[StepReplay, ...]:
     """Each step measured and replayed: its CPU window (on the thread that recorded it) and the end of
     the GPU work launched inside it (the window ``steps.py`` gives, on the busiest device)."""
     t = trace.steps.table
@@ -569,10 +660,27 @@ def _steps(trace: Trace, start: I64, end: I64, shifts: _Shifts, removed: HostTim
         mine = g[(launch_ts >= cs) & (launch_ts < ce)]
         m_end = max(ce, ge)
         r_end = max(re_, int(end[mine].max())) if len(mine) else re_
-        out.append(StepReplay(int(step), ce - cs, re_ - rs, m_end - cs, r_end - rs, m_end, r_end))
+        ext = _external_wait(trace, dev, external, mine)
+        out.append(StepReplay(int(step), ce - cs, re_ - rs, m_end - cs, r_end - rs, m_end, r_end, ext))
     return tuple(out)
+
+
+def _external_wait(trace: Trace, device: int, external_from: I64, rows: I64) -> int:
+    """Wall time the device sat idle while some of ``rows`` waited on work outside the trace: the
+    idle inside the union of their kept waits (records often wait together: two NCCL streams)."""
+    rows = rows[external_from[rows] >= 0]
+    if not len(rows):
+        return 0
+    lo, hi = intervals.merge(external_from[rows], trace.gpu["ts_ns"].to_numpy()[rows])
+    s, e = trace.busy_intervals(device)
+    return int(((hi - lo) - intervals.covered(s, e, lo, hi)).sum())
 
 
 def replay_error_pct(trace: Trace) -> float | None:
     """``traces[].replay_error_pct``: the unchanged trace's worst step error, % (None without steps)."""
     return measured_replay(trace).error_pct
+
+
+def external_wait_per_step_ns(trace: Trace) -> float | None:
+    """``traces[].replay_external_wait_us`` (in ns): GPU waits per step on work outside the trace."""
+    return measured_replay(trace).external_wait_per_step_ns
