@@ -245,7 +245,10 @@ def _gpu_rows(trace: Trace, kernels: pd.Index) -> list[dict[str, Any]]:
     coll = trace.collectives
     on_gpu = coll[coll["on_gpu"].to_numpy(dtype=bool)]
     own = {(int(c), int(t)): i for i, c, t in zip(on_gpu.index, on_gpu["correlation"], on_gpu["ts_ns"], strict=True)}
-    host_colls = _HostIndex(coll[~coll["on_gpu"].to_numpy(dtype=bool)])
+    host_coll = coll[~coll["on_gpu"].to_numpy(dtype=bool)]
+    host_colls = _HostIndex(
+        host_coll[np.array([str(c).lower() not in _NOT_OPS for c in host_coll["collective"]], bool)]
+    )
     labels, c10d_ops = _host_named(trace)
     rt_pid = trace.runtime["pid"].to_numpy(dtype=np.int64)
     rt_tid = trace.runtime["tid"].to_numpy(dtype=np.int64)
@@ -283,6 +286,9 @@ def _gpu_rows(trace: Trace, kernels: pd.Index) -> list[dict[str, Any]]:
     return rows
 
 
+_MAX_WALK = 64
+
+
 class _HostIndex:
     """Host spans per (pid, tid), to find the innermost one holding a time (a launch)."""
 
@@ -306,7 +312,12 @@ class _HostIndex:
             return None
         starts, ends, labels = found
         k = int(np.searchsorted(starts, at, side="right")) - 1
-        while k >= 0:  # spans on one thread nest: walk outwards from the latest start
+        # spans on one thread nest: walk back from the latest start to the first that still holds
+        # ``at``, past the siblings that ended before it (a few: collectives nest 2-3 deep; the cap
+        # keeps a launch outside every span from scanning the whole thread)
+        for _ in range(_MAX_WALK):
+            if k < 0:
+                break
             if ends[k] >= at:
                 return labels[k]
             k -= 1
