@@ -67,7 +67,7 @@ def test_from_dict_inverts_to_dict(report: Report) -> None:
 
 def test_the_json_report_keeps_its_shape(report: Report) -> None:
     doc = json.loads(render(report, "json"))
-    assert list(doc) == ["schema_version", "tool", "traces", "findings", "skipped", "errors", "config"]
+    assert list(doc) == ["schema_version", "tool", "traces", "findings", "skipped", "errors", "config", "ranks"]
     assert doc["schema_version"] == 1 and doc["tool"]["name"] == "traceadvisor"
     assert list(doc["traces"][0])[:4] == ["path", "rank", "platform", "device"]
     assert all(f["severity"] in ("low", "medium", "high") for f in doc["findings"])

@@ -149,6 +149,24 @@ def analyze(
         float | None,
         typer.Option("--rule-timeout", help="Seconds one rule may run on one trace (default 60; config rule-timeout)."),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Reduce each rank's trace to a summary in N worker processes, cached beside the trace, then combine.",
+        ),
+    ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="Build the rank summaries on Dask: 'dask' (a local cluster) or the scheduler's tcp://host:port.",
+        ),
+    ] = None,
+    rank: Annotated[
+        int | None, typer.Option("--rank", help="Focus on one rank: its trace and the findings that name it.")
+    ] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
     from traceadvisor.console import analyze_or_fail, report_destination, to_terminal, write_report
@@ -167,7 +185,14 @@ def analyze(
             cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
     except UsageError as exc:
         raise fail(str(exc)) from None
-    report = analyze_or_fail(traces, cfg, max_bytes, why_limit)
+    report = analyze_or_fail(traces, cfg, max_bytes, why_limit, jobs=jobs, executor=executor)
+    if rank is not None:
+        from traceadvisor.ranks.report import focus
+
+        if not any(t.rank == rank for t in report.traces):
+            known = ", ".join(str(t.rank) for t in report.traces if t.rank is not None) or "none"
+            raise fail(f"--rank {rank}: no trace of that rank (ranks: {known})")
+        report = focus(report, rank)
     write_report(render(report, fmt, color=to_terminal(output)), output)
     global _report_written
     _report_written = True

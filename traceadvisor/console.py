@@ -70,18 +70,28 @@ def library_warnings_printed() -> Iterator[None]:
         logger.removeHandler(handler)
 
 
-def analyze_or_fail(paths: list[Path], config: Config, max_bytes: int, why_limit: str = "") -> Report:
+def analyze_or_fail(
+    paths: list[Path],
+    config: Config,
+    max_bytes: int,
+    why_limit: str = "",
+    jobs: int | None = None,
+    executor: str | None = None,
+) -> Report:
     """``pipeline.analyze`` as a command runs it: the configuration's warnings and the library's
     printed as warning lines, bad input as one error line (``fail``), each trace's load warnings
     printed after. ``why_limit`` says why ``max_bytes`` is what it is (added to a size refusal)."""
     from traceadvisor.errors import TraceError, UsageError
-    from traceadvisor.pipeline import analyze
+    from traceadvisor.pipeline import analyze, analyze_scaled
 
     for w in config.origin.warnings:
         warn(w)
     try:
         with library_warnings_printed():
-            report = analyze(paths, config, max_bytes=max_bytes)
+            if jobs is not None or executor is not None:
+                report = analyze_scaled(paths, config, jobs=jobs, executor=executor)
+            else:
+                report = analyze(paths, config, max_bytes=max_bytes)
     except (TraceError, UsageError) as exc:
         message = str(exc)
         raise fail(f"{message} ({why_limit})" if why_limit and "--max-size" in message else message) from None

@@ -18,6 +18,7 @@ from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
 if TYPE_CHECKING:  # the rule engine (and pandas with it) is imported while the trace decodes
     from traceadvisor.engine.rule import AnyRule, Capability
+    from traceadvisor.ranks.summary import RankSummary
     from traceadvisor.trace.model import Trace
 
 
@@ -45,13 +46,73 @@ def analyze_traces(
         raise_if_cancelled(cancel)
         summaries.append(summarize(t, claimed_by))
     result = run(rules, traces, capabilities=capabilities(traces), rule_timeout_s=config.rule_timeout, cancel=cancel)
-    return Report(
+    report = Report(
         traces=tuple(summaries),
         findings=tuple(result.findings),
         skipped=tuple(result.skipped),
         errors=tuple(result.errors),
         config=config_info(config.origin),
     )
+    if len(traces) > 1:
+        from traceadvisor.ranks.build import summary_of
+        from traceadvisor.ranks.summary import TraceKey
+
+        rank_summaries = [summary_of(t, TraceKey(t.path, 0, 0), {}) for t in traces]
+        return with_ranks(report, rank_summaries, [t.path for t in traces], rules, config, cancel)
+    return report
+
+
+def with_ranks(
+    report: Report,
+    summaries: list[RankSummary],
+    paths: list[str],
+    rules: list[AnyRule],
+    config: Config,
+    cancel: threading.Event | None = None,
+) -> Report:
+    """``report`` (all ranks' single-rank findings) made a multi-rank report: the summaries combined
+    (``ranks/combine.py``), the cross-rank rules run once on them, each finding named by its rank
+    and the same finding on several ranks merged; ``paths[i]`` is the trace of ``summaries[i]``."""
+    from dataclasses import replace
+
+    from traceadvisor.engine.runner import run_rank_rules
+    from traceadvisor.ranks.combine import combine
+    from traceadvisor.ranks.report import merge_findings, ranks_section
+
+    rank_run = combine(summaries)
+    rank_of = dict(zip(paths, (int(r) for r in rank_run.ranks["rank"].tolist()), strict=True))
+    cross = run_rank_rules(rules, rank_run, rule_timeout_s=config.rule_timeout, cancel=cancel)
+    findings = merge_findings(report.findings, rank_of) + cross.findings
+    findings.sort(key=lambda f: (-(f.impact.time_us if f.impact else 0.0), -f.severity.rank, f.code))
+    traces = tuple(replace(t, rank=rank_of.get(t.path, t.rank)) for t in report.traces)
+    skipped = tuple({(s.rule, s.reason): s for s in report.skipped}.values())
+    return replace(
+        report,
+        traces=traces,
+        findings=tuple(findings),
+        skipped=skipped,
+        errors=report.errors + tuple(cross.errors),
+        ranks=ranks_section(rank_run),
+    )
+
+
+def analyze_summaries(summaries: list[RankSummary], config: Config | None = None) -> Report:
+    """The multi-rank report from rank summaries alone (the scale-out path: ``--jobs``,
+    ``--executor``): each summary carries its rank's single-rank report."""
+    from traceadvisor.report.finding import Finding
+    from traceadvisor.report.model import RuleError, Skipped
+
+    config = config or Config()
+    rules, _ = _configured_rules(config)
+    paths = [str(s.report["traces"][0]["path"]) if s.report.get("traces") else s.key.path for s in summaries]
+    report = Report(
+        traces=tuple(TraceSummary.from_dict(t) for s in summaries for t in s.report.get("traces") or ()),
+        findings=tuple(Finding.from_dict(f) for s in summaries for f in s.report.get("findings") or ()),
+        skipped=tuple(Skipped.from_dict(x) for s in summaries for x in s.report.get("skipped") or ()),
+        errors=tuple(RuleError.from_dict(x) for s in summaries for x in s.report.get("errors") or ()),
+        config=config_info(config.origin),
+    )
+    return with_ranks(report, summaries, paths, rules, config)
 
 
 def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummary:
@@ -213,3 +274,43 @@ def _loaded_claims(config: Config) -> dict[str, str | None]:
 def _us_or_none(ns: float | None) -> float | None:
     """ns -> µs, keeping None (no steps)."""
     return None if ns is None else ns / 1000.0
+
+
+def rank_summary(path: str, config: Config | None = None) -> RankSummary:
+    """The map step of a multi-rank analysis: load one rank's trace, analyse it alone (every
+    single-rank rule) and reduce it to its summary (``ranks/build.py``). Top-level and picklable:
+    ``ranks/executor.py`` runs it in worker processes or on a Dask cluster."""
+    from traceadvisor.ranks.build import summary_of
+    from traceadvisor.ranks.summary_io import trace_key
+    from traceadvisor.trace.load import load_file
+
+    config = config or Config()
+    trace = load_file(Path(path), gpu=config.gpu)
+    report = analyze_traces([trace], config)
+    return summary_of(trace, trace_key(Path(path)), report.to_dict())
+
+
+def analyze_scaled(
+    paths: Iterable[str | Path], config: Config | None = None, jobs: int | None = None, executor: str | None = None
+) -> Report:
+    """``analyze`` through rank summaries (``--jobs``, ``--executor``): each trace reduced to its
+    summary in a worker (a process pool, or a Dask cluster) and cached beside it, the summaries
+    combined here. Nothing large crosses processes; a second run reuses the cached summaries of
+    unchanged traces (only under the default configuration: a summary holds its rank's findings,
+    which the configuration's rule selection and options decide)."""
+    from functools import partial
+
+    from traceadvisor.errors import TraceError
+    from traceadvisor.ranks.executor import summaries as map_summaries
+    from traceadvisor.trace.load import expand_paths
+
+    config = config or Config()
+    files = [str(p) for p in expand_paths(paths)]
+    default = not (config.select or config.ignore or config.rules_dirs or config.origin.path is not None)
+    got = map_summaries(files, partial(rank_summary, config=config), jobs=jobs, executor=executor, use_cache=default)
+    if got.errors:
+        e = got.errors[0]
+        raise TraceError(e.message if e.message.startswith(e.path) else f"{e.path}: {e.message}")
+    if len(got.summaries) == 1:
+        return Report.from_dict(got.summaries[0].report)
+    return analyze_summaries(got.summaries, config)

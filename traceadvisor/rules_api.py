@@ -28,11 +28,14 @@ from traceadvisor.engine.rule import (
     DOC_SECTIONS,
     Capability,
     NoOptions,
+    RankRule,
     Rule,
     evidence_from,
     location_of,
     trace_capabilities,
 )
+from traceadvisor.ranks.combine import RankRun
+from traceadvisor.ranks.straggler import IMPLICIT_SYNC, Straggler
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.roofline.models import op_work
 from traceadvisor.roofline.view import LATENCY_FLOOR_NS, MAX_INPUT_LINKS
@@ -80,6 +83,7 @@ __all__ = [
     "BLOCKING_CALLS",
     "DOC_SECTIONS",
     "GRAPH_LAUNCHES",
+    "IMPLICIT_SYNC",
     "LATENCY_FLOOR_NS",
     "MAX_INPUT_LINKS",
     "MULTI_TENSOR_MARKS",
@@ -97,9 +101,12 @@ __all__ = [
     "Location",
     "NoOptions",
     "Overrides",
+    "RankRule",
+    "RankRun",
     "Rule",
     "Saving",
     "Severity",
+    "Straggler",
     "Thresholds",
     "Trace",
     "at_source",

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from enum import StrEnum
-from typing import Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, get_args, get_origin
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,9 @@ from traceadvisor.engine import claimed_by as engine_claimed_by
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.trace.device import NO_PEAKS_HELP
 from traceadvisor.trace.model import Trace
+
+if TYPE_CHECKING:
+    from traceadvisor.ranks.combine import RankRun
 
 DOC_SECTIONS = ("Why it matters", "How it shows up in a trace", "How to fix", "Options", "References")
 MAX_EVIDENCE = 5
@@ -210,7 +213,8 @@ AnyRule = Rule[Any]  # a rule of any options type (what the engine handles)
 def _bound_options(cls: type) -> Any:
     """The argument of ``Rule[...]`` among the class's own bases (``None``: not given here)."""
     for base in getattr(cls, "__orig_bases__", ()):
-        if get_origin(base) is Rule:
+        origin = get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, Rule):
             (arg,) = get_args(base)
             return None if isinstance(arg, TypeVar) else arg
     return None
@@ -250,3 +254,62 @@ def location_of(trace: Trace, pid: int, tid: int, ts_ns: int) -> Location | None
     return Location(
         file=str(src["file"]), line=int(src["line"]), function=str(src["function"]), line_kind=str(src["line_kind"])
     )
+
+
+class RankRule(Rule[O]):
+    """Base class of a cross-rank rule: it reads all the ranks of one run at once (the combined
+    ``RankRun`` of ``ranks/combine.py``: matched collectives, alignment, per-(rank, step)
+    breakdown, the straggler) and runs once per multi-rank analysis, not once per trace."""
+
+    requires: ClassVar[frozenset[Capability]] = frozenset({Capability.multi_rank})
+
+    def check(self, trace: Trace) -> Iterator[Finding]:
+        return iter(())  # nothing per trace: check_ranks runs once on the combined run
+
+    def check_ranks(self, run: RankRun) -> Iterator[Finding]:
+        """Yield findings about the run's ranks."""
+        raise NotImplementedError
+
+    def rank_finding(
+        self,
+        run: RankRun,
+        *,
+        message: str,
+        recommendation: str,
+        ranks: Iterable[int],
+        saving_per_step_ns: float | None = None,
+        step_ns: float | None = None,
+        scenario: str | None = None,
+        basis: str = "",
+        location: Location | None = None,
+        data: Mapping[str, Any] | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        """A finding about some ranks of ``run``. With ``saving_per_step_ns`` and ``step_ns`` (the
+        mean step it is a share of) the impact is that saving per step, over the run's steps."""
+        impact = None
+        if saving_per_step_ns is not None and step_ns:
+            steps = max(1, int(run.breakdown["step"].nunique())) if len(run.breakdown) else 1
+            impact = Impact(
+                time_us=saving_per_step_ns * steps / 1000.0,
+                share_pct=100.0 * saving_per_step_ns / step_ns,
+                basis=basis,
+                saving_per_step_us=saving_per_step_ns / 1000.0,
+                scenario=scenario,
+            )
+        if severity is None:
+            severity = self.thresholds.severity(impact.share_pct) if impact else type(self).severity
+        if self.severity_override is not None:
+            severity = self.severity_override
+        return Finding(
+            code=self.code,
+            rule=self.name,
+            severity=severity,
+            message=message,
+            recommendation=recommendation,
+            impact=impact,
+            location=location,
+            trace="",
+            data=dict(data or {}),
+            ranks=tuple(sorted(int(r) for r in ranks)),
+        )

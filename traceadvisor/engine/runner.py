@@ -14,16 +14,19 @@ import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from traceadvisor.engine import DEFAULT_RULE_TIMEOUT_S, claimed_by
 from traceadvisor.engine.isolation import Interrupter, RuleInterrupted, read_only, stdout_to_stderr
 from traceadvisor.engine.registry import RuleSource
-from traceadvisor.engine.rule import AnyRule, Capability
+from traceadvisor.engine.rule import AnyRule, Capability, RankRule
 from traceadvisor.errors import Cancelled, UsageError, raise_if_cancelled
 from traceadvisor.report.finding import Finding, Severity, Thresholds, problem_with
 from traceadvisor.report.model import RuleError, Skipped
 from traceadvisor.trace.model import Trace
+
+if TYPE_CHECKING:
+    from traceadvisor.ranks.combine import RankRun
 
 
 @dataclass
@@ -108,6 +111,8 @@ def run(
     with Interrupter(cancel) as stop, stdout_to_stderr():
         for trace, caps in zip(traces, capabilities, strict=True):
             for rule in rules:
+                if isinstance(rule, RankRule):  # runs once on the combined ranks (run_rank_rules)
+                    continue
                 raise_if_cancelled(cancel)
                 missing = sorted((c for c in type(rule).requires if c not in caps), key=lambda c: c.value)
                 if missing:
@@ -140,6 +145,44 @@ def run_rule(rule: AnyRule, trace: Trace, stop: Interrupter, limit_s: float | No
     except BaseException as exc:  # SystemExit, GeneratorExit and the like too: a rule must not end the run
         return [], _describe(exc, rule)
     return found, None
+
+
+def run_rank_rules(
+    rules: Sequence[AnyRule],
+    run: RankRun,
+    *,
+    rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
+    cancel: threading.Event | None = None,
+) -> RunResult:
+    """Run the cross-rank rules (``RankRule``) once on the combined ranks of one run, guarded like
+    the per-trace rules (a failure or a timeout becomes an error record, trace ``ranks``)."""
+    result = RunResult()
+    with Interrupter(cancel) as stop, stdout_to_stderr():
+        for rule in rules:
+            if not isinstance(rule, RankRule):
+                continue
+            raise_if_cancelled(cancel)
+            watch = stop.watch(rule_timeout_s)
+            try:
+                with watch:
+                    found = [_checked(obj) for obj in rule.check_ranks(run)]
+            except RuleInterrupted as exc:
+                if watch.reason == "cancelled":
+                    raise Cancelled("analysis cancelled") from None
+                why = (
+                    f"timed out after {rule_timeout_s:g} s{_where(exc, rule)}"
+                    if watch.reason == "timeout"
+                    else _describe(exc, rule)
+                )
+                result.errors.append(RuleError(rule.name, rule.code, "ranks", why))
+                continue
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # a rule must not end the run
+                result.errors.append(RuleError(rule.name, rule.code, "ranks", _describe(exc, rule)))
+                continue
+            result.findings.extend(found)
+    return result
 
 
 class InvalidFinding(Exception):

@@ -28,7 +28,13 @@ memcpy_exposed + idle = step).
 ``coll`` (row index into ``collectives``), ``start_ns``, ``end_ns``. The combine step splits them
 into exposed wait (the first ``wait`` ns of the collective, waiting for peers) and exposed transfer.
 
-``kernel_classes``: ``cls`` (compute, communication, memcpy, memset, other), ``count``, ``total_ns``.
+``kernel_classes``: ``cls`` (compute, communication, memcpy, memset), ``count``, ``total_ns``.
+
+``host_gaps`` (``ranks/breakdown.py``): per step, the longest spans of the step's thread outside
+every op: ``step``, ``start_ns``, ``end_ns``, and the user's source there (``file``, ``line``,
+``function``, ``line_kind``; "" / -1 without stacks).
+
+``breakdown`` also carries, beside the sum, ``start_ns``, ``input_ns``, ``host_ns`` and ``h2d_ns``.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import pandas as pd
 # Bumped whenever what a summary holds changes: cached summaries of another version are rebuilt.
 SUMMARY_VERSION = "1"
 
-TABLES = ("collectives", "steps", "breakdown", "comm_exposed", "kernel_classes")
+TABLES = ("collectives", "steps", "breakdown", "comm_exposed", "kernel_classes", "host_gaps")
 
 
 @dataclass(frozen=True)

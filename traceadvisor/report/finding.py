@@ -105,6 +105,9 @@ class Finding:
     evidence: tuple[Evidence, ...] = ()
     trace: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    # The ranks the finding is about in a multi-rank report (empty: a single trace). A single-rank
+    # finding that holds on several ranks is reported once with all of them (``ranks/merge.py``).
+    ranks: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The finding as in the JSON report."""
@@ -119,6 +122,7 @@ class Finding:
             "evidence": [asdict(e) for e in self.evidence],
             "trace": self.trace,
             "data": dict(self.data),
+            "ranks": list(self.ranks),
         }
 
     @classmethod
@@ -136,6 +140,7 @@ class Finding:
             evidence=tuple(Evidence(**e) for e in d.get("evidence") or ()),
             trace=str(d.get("trace", "")),
             data=dict(d.get("data") or {}),
+            ranks=tuple(int(r) for r in d.get("ranks") or ()),
         )
 
 
@@ -162,6 +167,8 @@ def problem_with(f: Finding) -> str | None:
             return problem
         if f.location.line_kind not in LINE_KINDS:
             return _wrong("finding location line_kind", f"one of {', '.join(LINE_KINDS)}", f.location.line_kind)
+    if not isinstance(f.ranks, tuple) or not all(isinstance(r, int) and not isinstance(r, bool) for r in f.ranks):
+        return _wrong("finding ranks", "a tuple of int", f.ranks)
     if not isinstance(f.evidence, tuple):
         return _wrong("finding evidence", "a tuple of Evidence", f.evidence)
     for e in f.evidence:

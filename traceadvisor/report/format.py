@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from traceadvisor.report.model import RooflineKernel, StepSummary, StepTime
+from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, StepSummary, StepTime
 
 T = TypeVar("T")
 
@@ -112,3 +112,38 @@ def figures_by_source(sources: Mapping[str, str]) -> dict[str, list[str]]:
 def above_roof(rows: Sequence[RooflineKernel]) -> bool:
     """Whether any memory-bound kernel of the roofline table claims more than the bandwidth peak."""
     return any((k.roof_pct or 0.0) > 100.0 and k.bound == "memory" for k in rows)
+
+
+RANK_COLUMNS = ("rank", "host", "step", "compute", "exposed wait", "exposed transfer", "exposed memcpy", "idle")
+
+
+def rank_label(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 0, 1, 2`` (a finding's ranks in a multi-rank report; "" for none)."""
+    if not ranks:
+        return ""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(str(r) for r in ranks[:8]) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+    return f"ranks {shown}"
+
+
+def rank_cells(row: RankRow) -> list[str]:
+    """One row of the rank comparison table (means per step), the straggler marked."""
+    return [
+        f"{row.rank}{' (straggler)' if row.straggler else ''}",
+        row.host or "-",
+        ms(row.step_us),
+        ms(row.compute_us),
+        ms(row.exposed_wait_us),
+        ms(row.exposed_transfer_us),
+        ms(row.memcpy_exposed_us),
+        ms(row.idle_us),
+    ]
+
+
+def ranks_head(r: RanksSummary) -> str:
+    """The section's first line: how many ranks, how collectives matched, how clocks aligned."""
+    return (
+        f"{len(r.rows)} ranks; collectives matched by {r.match_key} ({r.collectives} collectives, "
+        f"{r.coverage_pct:.0f}% of rows matched); clocks: {r.alignment}"
+    )

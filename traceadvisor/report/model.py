@@ -625,6 +625,70 @@ class ConfigInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class RankRow:
+    """One row of the rank comparison table: means per step over the rank's steps, µs."""
+
+    rank: int
+    host: str
+    step_us: float
+    compute_us: float
+    exposed_wait_us: float
+    exposed_transfer_us: float
+    memcpy_exposed_us: float
+    idle_us: float
+    straggler: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RankRow:
+        return cls(**{f: d[f] for f in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class RanksSummary:
+    """``ranks``: the multi-rank section (``ranks/combine.py``): how clocks were aligned, how the
+    collectives matched, the rank comparison table, what is wrong with the set of ranks."""
+
+    alignment: str  # none | shared-host | collective-end (residual X µs) [refused: ...]
+    offsets_us: dict[str, float]  # per host, applied unless refused
+    match_key: str  # how collectives were matched across ranks
+    coverage_pct: float  # matched collective rows / all rows
+    collectives: int  # matched instances
+    rows: tuple[RankRow, ...]
+    straggler: int | None
+    problems: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alignment": self.alignment,
+            "offsets_us": dict(self.offsets_us),
+            "match_key": self.match_key,
+            "coverage_pct": self.coverage_pct,
+            "collectives": self.collectives,
+            "rows": [r.to_dict() for r in self.rows],
+            "straggler": self.straggler,
+            "problems": list(self.problems),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> RanksSummary | None:
+        if d is None:
+            return None
+        return cls(
+            alignment=str(d["alignment"]),
+            offsets_us={str(k): float(v) for k, v in d["offsets_us"].items()},
+            match_key=str(d["match_key"]),
+            coverage_pct=float(d["coverage_pct"]),
+            collectives=int(d["collectives"]),
+            rows=tuple(RankRow.from_dict(r) for r in d["rows"]),
+            straggler=d.get("straggler"),
+            problems=tuple(d.get("problems") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """Everything ``analyze`` found; ``to_dict`` is the versioned JSON report."""
 
@@ -633,6 +697,8 @@ class Report:
     skipped: tuple[Skipped, ...] = ()
     errors: tuple[RuleError, ...] = ()
     config: ConfigInfo | None = None
+    # several ranks of one run: the cross-rank section (None for a single trace)
+    ranks: RanksSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -643,6 +709,7 @@ class Report:
             "skipped": _dicts(self.skipped),
             "errors": _dicts(self.errors),
             "config": self.config.to_dict() if self.config is not None else None,
+            "ranks": self.ranks.to_dict() if self.ranks is not None else None,
         }
 
     @classmethod
@@ -654,6 +721,7 @@ class Report:
             skipped=tuple(Skipped.from_dict(s) for s in d.get("skipped") or ()),
             errors=tuple(RuleError.from_dict(e) for e in d.get("errors") or ()),
             config=ConfigInfo.from_dict(config) if config is not None else None,
+            ranks=RanksSummary.from_dict(d.get("ranks")),
         )
 
     def worst_severity(self) -> Severity | None:

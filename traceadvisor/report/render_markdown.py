@@ -11,6 +11,7 @@ from __future__ import annotations
 from traceadvisor.report.finding import Finding, Location
 from traceadvisor.report.format import (
     ABOVE_ROOF_NOTE,
+    RANK_COLUMNS,
     ROW_LIMIT,
     above_roof,
     elide,
@@ -18,6 +19,9 @@ from traceadvisor.report.format import (
     hidden_steps_line,
     more_warnings_line,
     num,
+    rank_cells,
+    rank_label,
+    ranks_head,
     replay_line,
     step_time_line,
 )
@@ -25,6 +29,7 @@ from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
     AnnotationRow,
     AnnotationSummary,
+    RanksSummary,
     Report,
     RooflineSummary,
     StepSummary,
@@ -46,6 +51,8 @@ def render(report: Report) -> str:
         out += [f"config: {markdown_code(note[0], TEXT_LIMIT, in_table=False)} ({_text(note[1])})", ""]
     for t in report.traces:
         out += _trace(t)
+    if report.ranks is not None:
+        out += _ranks(report.ranks)
     out += ["## Findings", ""]
     if not report.findings:
         out += ["No findings.", ""]
@@ -110,8 +117,19 @@ def _step_row(s: StepSummary) -> str:
     return f"| {markdown(s.name)} | {_ms(s.cpu_dur_us)} | {_ms(s.gpu_dur_us)} | {s.gpu_busy_pct:.1f}% |"
 
 
+def _ranks(r: RanksSummary) -> list[str]:
+    """The rank comparison table (means per step), the straggler marked."""
+    out = ["## Ranks", "", _text(ranks_head(r)), ""]
+    out.append("| " + " | ".join(RANK_COLUMNS) + " |")
+    out.append("|" + "|".join("---" if c in ("rank", "host") else "---:" for c in RANK_COLUMNS) + "|")
+    out += ["| " + " | ".join(markdown(c) for c in rank_cells(row)) + " |" for row in r.rows]
+    out += [f"- warning: {_text(p)}" for p in r.problems]
+    return [*out, ""]
+
+
 def _finding(f: Finding) -> list[str]:
-    out = [f"### \\[{markdown(f.severity.value)}\\] {markdown(f.rule)} \\({markdown(f.code)}\\)"]
+    who = f" \\[{markdown(rank_label(f.ranks))}\\]" if f.ranks else ""
+    out = [f"### \\[{markdown(f.severity.value)}\\] {markdown(f.rule)} \\({markdown(f.code)}\\){who}"]
     out += ["", _text(f.message), ""]
     if f.impact is not None:
         out.append(f"- impact: {_ms(f.impact.time_us)} ({f.impact.share_pct:.1f}%), {_text(f.impact.basis)}")

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from traceadvisor.report.format import (
     ABOVE_ROOF_NOTE,
+    RANK_COLUMNS,
     ROOFLINE_DTYPES,
     ROW_LIMIT,
     above_roof,
@@ -23,6 +24,9 @@ from traceadvisor.report.format import (
     hidden_steps_line,
     more_warnings_line,
     num,
+    rank_cells,
+    rank_label,
+    ranks_head,
     replay_line,
     step_time_line,
 )
@@ -30,6 +34,7 @@ from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
     AnnotationSummary,
     ConfigInfo,
+    RanksSummary,
     Report,
     RooflineSummary,
     StepSummary,
@@ -71,8 +76,25 @@ def render(report: Report, width: int = 120, color: bool = False) -> str:
     _config(console, report.config)
     for t in report.traces:
         _trace(console, t)
+    if report.ranks is not None:
+        _ranks(console, report.ranks)
     _findings(console, report)
     return buf.getvalue()
+
+
+def _ranks(console: Console, r: RanksSummary) -> None:
+    """The rank comparison table (means per step), the straggler marked."""
+    console.print(Text("ranks", style="bold"))
+    console.print(f"  {_text(ranks_head(r))}")
+    table = Table(box=None, pad_edge=False)
+    for c in RANK_COLUMNS:
+        table.add_column(c, justify="left" if c in ("rank", "host") else "right")
+    for row in r.rows:
+        table.add_row(*(_text(c) for c in rank_cells(row)))
+    console.print(table)
+    for p in r.problems:
+        console.print(f"  warning: {_text(p)}")
+    console.print()
 
 
 def _config(console: Console, config: ConfigInfo | None) -> None:
@@ -176,7 +198,8 @@ def _findings(console: Console, report: Report) -> None:
         console.print("No findings.")
     for i, f in enumerate(report.findings, 1):
         sev = f.severity.value
-        head = f"{i}. [{_name(sev)}] {_name(f.rule)} ({_name(f.code)}): "
+        who = f" [{rank_label(f.ranks)}]" if f.ranks else ""
+        head = f"{i}. [{_name(sev)}] {_name(f.rule)} ({_name(f.code)}){who}: "
         console.print(Text(head, style=_SEVERITY_STYLE.get(sev, "")) + Text(_text(f.message)))
         if f.impact is not None:
             console.print(

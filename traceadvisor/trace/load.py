@@ -200,6 +200,7 @@ def _meta(path: Path, top: dict[str, Any], sink: ColumnSink, warnings: list[str]
         truncated=truncated,
         unknown_categories=dict(sink.other_categories),
         traceadvisor=top.get("traceadvisor"),
+        host_name=top["host_name"] if isinstance(top.get("host_name"), str) else None,
     )
 
 

@@ -61,6 +61,8 @@ class TraceMeta:
     # The top-level "traceadvisor" key written by capture and the advisor (unprofiled step times;
     # docs/capture.md), as the file gave it; None when absent.
     traceadvisor: Any = None
+    # The top-level "host_name" kineto writes (torch >= 2.4): ranks on one host share a clock.
+    host_name: str | None = None
 
 
 class Trace:
