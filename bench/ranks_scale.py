@@ -37,6 +37,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -144,11 +145,11 @@ def build_small(path: str) -> RankSummary:
 
 
 def build_full(path: str) -> RankSummary:
-    """``build_small`` plus the trace's single-rank report (``analyze``), as the real builder's
-    summary holds it: the report is most of a summary's bytes and the analysis most of its time."""
-    from traceadvisor.pipeline import analyze
+    """The real builder (``pipeline.rank_summary``): every table of the contract and the trace's
+    single-rank report (most of a summary's bytes and of its time)."""
+    from traceadvisor.pipeline import rank_summary
 
-    return replace(build_small(path), report=analyze([path]).to_dict())
+    return rank_summary(path)
 
 
 BUILDERS: dict[str, Callable[[str], RankSummary]] = {"full": build_full, "light": build_small}
@@ -405,7 +406,7 @@ def main() -> None:
         default="full",
         help="full (default: build_small + the single-rank report), light (build_small) or module:function",
     )
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/traceadvisor-ranks-scale"))
+    ap.add_argument("--workdir", type=Path, help="where the traces go (default: a new folder under /tmp)")
     ap.add_argument("--keep", action="store_true", help="leave the work folder (GBs of traces) in place")
     ap.add_argument("--read-phase", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -413,6 +414,9 @@ def main() -> None:
     if a.read_phase is not None:
         read_phase(a.read_phase, n, a.combine, a.build)
         return
+    # A folder of its own: two benches at once (other sessions share this machine) must not
+    # remove each other's traces.
+    a.workdir = a.workdir or Path(tempfile.mkdtemp(prefix="traceadvisor-ranks-scale-", dir="/tmp"))
     raw_n = a.raw_ranks or (8 if a.quick else 64)
     raw_mb = a.raw_mb or (10.0 if a.quick else 50.0)
     build = _builder(a.build)
