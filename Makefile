@@ -24,7 +24,7 @@ $(VENV)/.installed-base: pyproject.toml $(NATIVE_SRC) | $(VENV)/bin/python
 # (pulled by lightning or transformers) would fetch gigabytes of CUDA packages instead.
 $(VENV)/.installed-test: pyproject.toml $(NATIVE_SRC) | $(VENV)/bin/python
 	$(PIP) torch==2.13.0
-	TRACEADVISOR_REQUIRE_NATIVE=1 $(PIP) -e ".[test,hta,capture,integrations]"
+	TRACEADVISOR_REQUIRE_NATIVE=1 $(PIP) -e ".[test,hta,capture,integrations,dask]"
 	touch $@ $(VENV)/.installed-base
 
 demo: $(VENV)/.installed-base

@@ -17,8 +17,9 @@ ADVICE = {
     ),
     "host": (
         "host code outside any op: {excess} more per step than the other ranks before its first collective{where}",
-        "Remove or move the host work rank {rank} does before its forward{where} (preprocessing, logging, "
-        "checkpoint I/O, Python loops): run it in a DataLoader worker, on another thread, or on every rank alike.",
+        "Remove or move the host work rank {rank} does before its forward{where}: run it in a DataLoader "
+        "worker or on another thread, or give every rank its share (preprocessing, logging, checkpoint I/O "
+        "and Python loops are the usual ones).",
     ),
     "compute": (
         "more compute: its ops before its first collective take {excess} longer per step than the other ranks'",
@@ -98,7 +99,7 @@ class RankStraggler(RankRule[Options]):
             run,
             message=(
                 f"Rank {s.rank} is the straggler: it arrives last at {s.pct_arrived_last:.0f}% of the collectives, "
-                f"and the other {len(others)} rank(s) wait for it; what it does in its extra time is "
+                f"and {_waiters(others)} for it inside them; what it does in its extra time is "
                 + what.format(excess=excess, where=where)
                 + f". Bringing it to the others' pace saves {_ms(s.saving_per_step_ns)} per step on every rank."
             ),
@@ -132,6 +133,12 @@ def _host_site(run: RankRun, rank: int) -> tuple[Location | None, str]:
     return Location(
         file=str(file), line=int(line), function=str(function), line_kind=str(kind)
     ), f" (in {function}, {file}:{line})"
+
+
+def _waiters(others: list[int]) -> str:
+    if len(others) == 1:
+        return f"rank {others[0]} waits"
+    return f"the other {len(others)} ranks wait"
 
 
 def _ms(ns: float) -> str:
