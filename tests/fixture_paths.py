@@ -26,3 +26,7 @@ def external_traces() -> list[Path]:
     if not traces:
         raise FileNotFoundError(f"no traces under {EXTERNAL}: fixtures/external/ is part of the repository")
     return traces
+
+
+# One rank of a real 2-process gloo DDP run with an injected input delay (fixtures/capture_multirank.py).
+MULTIRANK_INPUT_DELAY_RANK1 = FIXTURE_TRACES / "multirank" / "input_delay_2r" / "rank1.json.gz"

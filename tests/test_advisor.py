@@ -381,3 +381,26 @@ def test_importing_the_advisor_and_integrations_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_worker_of_a_rank_in_a_multi_rank_run_writes_its_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a launcher (WORLD_SIZE > 1) the advisor's worker analyses each trace once and writes its
+    rank summary beside it; the summary's report is the report the worker sends back."""
+    import shutil
+
+    from fixture_paths import MULTIRANK_INPUT_DELAY_RANK1
+
+    from traceadvisor.advisor.worker import run_job
+    from traceadvisor.ranks.summary_io import read_summary, trace_key
+
+    trace = tmp_path / "rank1.json.gz"
+    shutil.copy(MULTIRANK_INPUT_DELAY_RANK1, trace)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    result = run_job({"id": 1, "trace": str(trace), "keep": True})
+    assert result["ok"], result["error"]
+    got = read_summary(trace.with_name("rank1.json.gz.tasummary"), trace_key(trace))
+    assert got is not None and got.rank == 1 and got.rank_source == "distributedInfo"
+    assert [f["code"] for f in got.report["findings"]] == [f["code"] for f in result["report"]["findings"]]
+    assert len(got.tables["collectives"]) > 0

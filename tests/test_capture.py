@@ -674,3 +674,25 @@ def test_step_marker_is_a_no_op_outside_capture() -> None:
     code = "import sys, traceadvisor; traceadvisor.step(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_each_rank_of_a_multi_rank_run_writes_its_summary_beside_its_trace(tmp_path: Path) -> None:
+    """Under a launcher (WORLD_SIZE > 1) every rank writes ``<trace>.tasummary`` (docs/multirank.md):
+    ``analyze --jobs`` then reads it instead of the trace. Here rank 1 of 2, without analysis."""
+    from traceadvisor.ranks.summary_io import read_summary, trace_key
+
+    write(tmp_path / "train.py", TRAIN)
+    proc = run_capture(
+        tmp_path, "--no-analyze", "--skip-first", "1", "--warmup", "1", "--active", "2", "train.py", "6",
+        env={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list((tmp_path / "traceadvisor-runs").glob("train-*"))
+    traces = sorted(folder.glob("*.json.gz"))
+    assert traces
+    for trace in traces:
+        got = read_summary(trace.with_name(trace.name + ".tasummary"), trace_key(trace))
+        assert got is not None, f"no summary beside {trace.name}"
+        assert got.rank == 1 and got.rank_source == "file name"
+        steps = got.tables["steps"]["step"].tolist()
+        assert steps == [int(s.split("#")[1]) for s in step_names(trace)]

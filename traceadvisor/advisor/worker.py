@@ -151,9 +151,42 @@ def analyze_to_json(
     from traceadvisor.report.render_json import encode
     from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
-    report = analyze([trace], config, max_bytes=max_bytes or DEFAULT_MAX_INFLATED_BYTES, cancel=cancel)
+    limit = max_bytes or DEFAULT_MAX_INFLATED_BYTES
+    if _world_size() > 1:
+        report = _analyze_and_summarise(trace, config, limit, cancel)
+    else:
+        report = analyze([trace], config, max_bytes=limit, cancel=cancel)
     doc: dict[str, Any] = msgspec.json.decode(encode(report.to_dict()))
     return doc
+
+
+def _world_size() -> int:
+    """The launcher's world size (torchrun and its kin set WORLD_SIZE, which the worker inherits)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def _analyze_and_summarise(trace: Path, config: Any, max_bytes: int, cancel: threading.Event | None) -> Any:
+    """A rank of a multi-rank run: analyse the trace once and also write its rank summary beside it
+    (``<trace>.tasummary``, docs/multirank.md), here on the node that holds it, so ``analyze
+    --jobs``/``--executor`` combine the ranks without moving or re-reading a trace."""
+    from traceadvisor.config import Config
+    from traceadvisor.pipeline import analyze_traces
+    from traceadvisor.ranks.build import summary_of
+    from traceadvisor.ranks.summary_io import summary_path, trace_key, write_summary
+    from traceadvisor.trace.load import load_file
+
+    config = config or Config()
+    key = trace_key(trace)
+    loaded = load_file(trace, max_bytes=max_bytes, gpu=config.gpu)
+    report = analyze_traces([loaded], config, cancel=cancel)
+    try:
+        write_summary(summary_of(loaded, key, report.to_dict()), summary_path(trace))
+    except OSError:
+        pass  # the summary is a cache: analyze builds it again from the trace
+    return report
 
 
 def _describe(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ that captured nothing), with one line on stderr.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -247,6 +248,8 @@ def _run(
         warn(message)
     analysis_code = 0
     files = session.analysis_files()
+    if files and _world_size() > 1:
+        _write_rank_summaries([f.path for f in files])
     if analyze and files and rank == 0:
         analysis_code = _analyze([f.path for f in files], fmt, output, select, ignore, start)
     elif analyze and files:
@@ -257,6 +260,30 @@ def _run(
         error("no trace was captured (see the warnings above)")
         return EXIT_BAD_INPUT
     return analysis_code
+
+
+def _world_size() -> int:
+    """The launcher's world size (torchrun and its kin set WORLD_SIZE; 1 without one)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def _write_rank_summaries(paths: list[Path]) -> None:
+    """In a multi-rank run each rank writes the summary of its own traces beside them
+    (``<trace>.tasummary``, docs/multirank.md), here on the node that holds the trace: ``analyze
+    --jobs``/``--executor`` then combine the summaries without moving or re-reading a trace. A
+    failure costs only the summary (analyze builds it again) and is said in one line."""
+    from traceadvisor.errors import TraceError
+    from traceadvisor.pipeline import rank_summary
+    from traceadvisor.ranks.summary_io import summary_path, write_summary
+
+    for p in paths:
+        try:
+            write_summary(rank_summary(str(p)), summary_path(p))
+        except (TraceError, OSError, ValueError) as exc:
+            warn(f"{p}: no rank summary written ({exc})")
 
 
 def _analyze(
