@@ -34,6 +34,7 @@ from traceadvisor.engine.rule import (
     location_of,
     trace_capabilities,
 )
+from traceadvisor.ranks.bandwidth import bandwidth_table, bucket_label, size_bucket
 from traceadvisor.ranks.combine import RankRun
 from traceadvisor.ranks.straggler import IMPLICIT_SYNC, Straggler
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
@@ -110,6 +111,8 @@ __all__ = [
     "Thresholds",
     "Trace",
     "at_source",
+    "bandwidth_table",
+    "bucket_label",
     "busy_in_windows",
     "category_mask",
     "communication_kernels",
@@ -146,6 +149,7 @@ __all__ = [
     "scenario_saving",
     "share_of_steps",
     "signature_codes",
+    "size_bucket",
     "step_positions",
     "steps_on_gpu",
     "sync_location",

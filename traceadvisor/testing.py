@@ -41,6 +41,23 @@ Copy ``k`` (from 0) shifts ``ts`` by ``k * period_us`` and adds ``k * N`` to eve
 ``ext``, where N is the largest id in the block, so the copies' ids are ``1..count*N``, distinct.
 Keep them under 100,000 (``repeat`` adds multiples of 100,000 to the ids of each copy of the case).
 
+A cross-rank rule (``RankRule``) reads several ranks' real traces at once: a case gives them as
+``ranks:``, a directory or a list of traces (relative to the YAML file), each entry a path or
+``{path: ..., host: ...}`` (the host as if the trace's top-level ``host_name`` said so: ranks on
+different hosts have different clocks, which is how a clock-alignment case puts two ranks of one
+machine on two hosts)::
+
+      straggler:
+        ranks: ../traces/multirank/input_delay_2r           # every *.json(.gz) in it, sorted
+        expect: [{severity: high, message_contains: "rank 1"}]
+      two_hosts:
+        ranks: [../external/hta/sampled_rank-0.json.gz, {path: ../external/hta/sampled_rank-1.json.gz, host: node1}]
+        expect: []
+
+Each trace goes through the production map step (``pipeline.rank_summary``) and the summaries are
+combined (``ranks/combine.py``) before the rule runs alone on the ``RankRun``; fewer than two
+traces: the rule is skipped (it needs ``multi_rank``). ``ranks`` excludes ``trace`` and ``events``.
+
 Every key is checked: a key not listed here (``mesage_contains``) is an error naming it and the
 keys allowed there, so a misspelt expectation cannot pass by being ignored.
 """
@@ -48,6 +65,8 @@ keys allowed there, so a misspelt expectation cannot pass by being ignored.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import gzip
 import json
 import tempfile
@@ -60,9 +79,12 @@ import yaml
 from traceadvisor.config import Config
 from traceadvisor.engine import claimed_by
 from traceadvisor.engine.registry import RuleSource, discover
-from traceadvisor.engine.rule import AnyRule
-from traceadvisor.engine.runner import RunResult, instantiate, run
-from traceadvisor.pipeline import capabilities
+from traceadvisor.engine.rule import AnyRule, Capability, RankRule
+from traceadvisor.engine.runner import RunResult, instantiate, run, run_rank_rules
+from traceadvisor.pipeline import capabilities, rank_summary
+from traceadvisor.ranks.combine import combine
+from traceadvisor.ranks.summary import RankSummary
+from traceadvisor.report.model import Skipped
 from traceadvisor.trace.load import load_file
 
 HOST_PID = 100
@@ -84,7 +106,11 @@ _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annota
 _KERNEL_ARGS = ("registers per thread", "shared memory", "blocks per SM", "est. achieved occupancy %")
 # The keys each part of a case may hold (``check_keys``): anything else is a typo to report.
 FILE_KEYS = frozenset({"rule", "options", "cases"})
-CASE_KEYS = frozenset({"steps", "gpu_steps", "device", "flags", "repeat", "events", "expect", "trace", "options"})
+CASE_KEYS = frozenset(
+    {"steps", "gpu_steps", "device", "flags", "repeat", "events", "expect", "trace", "options", "ranks"}
+)
+RANK_ENTRY_KEYS = frozenset({"path", "host"})
+TRACE_SUFFIXES = (".json", ".json.gz")
 EVENT_KEYS = frozenset(
     {"cat", "name", "ts", "dur", "tid", "stream", "device", "corr", "ext", "dims", "types", "concrete", "grid"}
     | {"block", "bytes", "seq", "parent", "allocated", "reserved", "args", *_KERNEL_ARGS}
@@ -248,6 +274,8 @@ def find_rule(key: str, rules_dirs: list[Path] | None = None) -> type[AnyRule]:
 
 def run_case(rule_cls: type[AnyRule], case: dict[str, Any], options: dict[str, Any] | None = None) -> RunResult:
     """Run one rule alone on one case, through the real loader and runner."""
+    if "ranks" in case:
+        return run_ranks_case(rule_cls, case, options)
     trace_path = case.get("trace")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(trace_path) if trace_path else write_case_trace(case, Path(tmp))
@@ -255,6 +283,58 @@ def run_case(rule_cls: type[AnyRule], case: dict[str, Any], options: dict[str, A
         config = Config(rule_options={rule_cls.code: {**(options or {}), **case.get("options", {})}})
         rules = instantiate([rule_cls], config, _claims_with(rule_cls))
         return run(rules, [trace], capabilities=capabilities([trace]))
+
+
+def rank_entries(spec: object, base: Path | None = None, where: str = "ranks") -> list[tuple[Path, str | None]]:
+    """A case's ``ranks:`` as (trace path, host override or None), paths resolved from ``base``: a
+    directory (its ``*.json``/``*.json.gz``, sorted) or a list of paths / ``{path, host}``."""
+
+    def resolve(p: object) -> Path:
+        path = Path(str(p))
+        return (base / path).resolve() if base is not None and not path.is_absolute() else path
+
+    if isinstance(spec, str):
+        folder = resolve(spec)
+        if not folder.is_dir():
+            raise CaseError(f"{where}: {folder} is not a directory (give a directory or a list of traces)")
+        return [(p, None) for p in sorted(folder.iterdir()) if p.name.endswith(TRACE_SUFFIXES)]
+    if not isinstance(spec, list):
+        raise CaseError(f"{where}: a directory or a list of traces, not {type(spec).__name__}")
+    out: list[tuple[Path, str | None]] = []
+    for i, entry in enumerate(spec):
+        if isinstance(entry, dict):
+            e = check_keys(entry, RANK_ENTRY_KEYS, f"{where}[{i}]")
+            if "path" not in e:
+                raise CaseError(f"{where}[{i}]: missing key 'path'")
+            out.append((resolve(e["path"]), str(e["host"]) if "host" in e else None))
+        else:
+            out.append((resolve(entry), None))
+    return out
+
+
+def run_ranks_case(rule_cls: type[AnyRule], case: dict[str, Any], options: dict[str, Any] | None = None) -> RunResult:
+    """Run one cross-rank rule alone on the ``RankRun`` combined from a case's ``ranks:`` traces."""
+    both = sorted({"trace", "events", "steps"} & set(case))
+    if both:
+        raise CaseError(f"ranks: a case gives ranks or one trace, not both (also has {', '.join(both)})")
+    if not (isinstance(rule_cls, type) and issubclass(rule_cls, RankRule)):
+        raise CaseError(f"ranks: {rule_cls.code} is not a cross-rank rule (RankRule)")
+    entries = rank_entries(case["ranks"])
+    config = Config(rule_options={rule_cls.code: {**(options or {}), **case.get("options", {})}})
+    rules = instantiate([rule_cls], config, _claims_with(rule_cls))
+    if len(entries) < 2:
+        reason = f"needs {Capability.multi_rank.value}: {Capability.multi_rank.how_to_capture}"
+        return RunResult(skipped=[Skipped(rule_cls.name, rule_cls.code, "ranks", reason)])
+    summaries = [_summary(str(p), p.stat().st_size, p.stat().st_mtime_ns, host) for p, host in entries]
+    return run_rank_rules(rules, combine(summaries))
+
+
+@functools.lru_cache(maxsize=64)
+def _summary(path: str, size: int, mtime_ns: int, host: str | None) -> RankSummary:
+    """One rank's summary (the production map step), kept for the other cases on the same trace:
+    a summary is immutable, and (size, mtime) key it as the on-disk summary cache does."""
+    summary = rank_summary(path)
+    return summary if host is None else dataclasses.replace(summary, host=host)
 
 
 def _claims_with(rule_cls: type[AnyRule]) -> dict[str, str | None]:
@@ -284,6 +364,9 @@ def load_case_file(path: Path) -> CaseFile:
             check_keys(want, EXPECT_KEYS, f"{path}: case {name}: expect[{i}]")
         if "trace" in case:
             case["trace"] = str((path.parent / case["trace"]).resolve())
+        if "ranks" in case:
+            entries = rank_entries(case["ranks"], path.parent, f"{path}: case {name}: ranks")
+            case["ranks"] = [{"path": str(p), **({"host": h} if h is not None else {})} for p, h in entries]
     return CaseFile(path=path, rule=str(doc["rule"]), options=doc.get("options") or {}, cases=cases)
 
 
