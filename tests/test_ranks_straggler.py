@@ -119,3 +119,15 @@ def test_cli_rank_focus_and_rank_table(tmp_path: Path) -> None:
     assert all(0 in f["ranks"] for f in focused["findings"])
     missing = cli("--rank", "7")
     assert missing.returncode != 0 and missing.stderr.count("\n") == 1 and "--rank 7" in missing.stderr
+
+
+def test_gpus_per_node_puts_ranks_on_hosts_and_missing_ranks_are_said() -> None:
+    """HTA's sampled pair names no host; with --gpus-per-node 1 the two ranks are two hosts, so the
+    clocks are aligned on collective ends (refused here: the sampled kernels' ends disagree by far
+    more than 10% of the median collective). The pair is 2 of a 128-rank job: said, not guessed."""
+    summaries = [rank_summary(str(HTA / f"sampled_rank-{i}.json.gz")) for i in (0, 1)]
+    assert combine(summaries).alignment.method == "shared-host"
+    run = combine(summaries, gpus_per_node=1)
+    assert run.ranks["host"].tolist() == ["node0", "node1"]
+    assert run.alignment.method == "collective-end" and run.alignment.refused
+    assert any(p.startswith("2 of 128 ranks given") for p in run.problems)

@@ -167,6 +167,10 @@ def analyze(
     rank: Annotated[
         int | None, typer.Option("--rank", help="Focus on one rank: its trace and the findings that name it.")
     ] = None,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option("--gpus-per-node", help="Ranks per host (host = rank // N) where a trace names no host."),
+    ] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
     from traceadvisor.console import analyze_or_fail, report_destination, to_terminal, write_report
@@ -179,6 +183,10 @@ def analyze(
         cfg = configure(
             config, select=select, ignore=ignore, rules_dirs=rules_dir, isolated=isolated, trust=trust_config
         )
+        if gpus_per_node is not None:
+            if gpus_per_node < 1:
+                raise UsageError(f"--gpus-per-node must be at least 1, not {gpus_per_node}")
+            cfg.gpus_per_node = gpus_per_node
         if rule_timeout is not None:
             from traceadvisor.config import parse_rule_timeout
 

@@ -90,6 +90,8 @@ class Config:
     rule_timeout: float = DEFAULT_RULE_TIMEOUT_S
     source: str | None = None
     origin: ConfigOrigin = field(default_factory=ConfigOrigin)
+    # ``--gpus-per-node``: ranks grouped into hosts by rank // N where a trace names no host
+    gpus_per_node: int | None = None
 
 
 def resolve_config(

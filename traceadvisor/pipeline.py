@@ -79,7 +79,7 @@ def with_ranks(
     from traceadvisor.ranks.combine import combine
     from traceadvisor.ranks.report import merge_findings, ranks_section
 
-    rank_run = combine(summaries)
+    rank_run = combine(summaries, gpus_per_node=config.gpus_per_node)
     rank_of = dict(zip(paths, (int(r) for r in rank_run.ranks["rank"].tolist()), strict=True))
     cross = run_rank_rules(rules, rank_run, rule_timeout_s=config.rule_timeout, cancel=cancel)
     findings = merge_findings(report.findings, rank_of) + cross.findings

@@ -55,10 +55,16 @@ class RankRun:
         return out
 
 
-def combine(summaries: Sequence[RankSummary]) -> RankRun:
-    """Combine the summaries of one run's ranks (one per rank; see ``rank_problems``)."""
+def combine(summaries: Sequence[RankSummary], gpus_per_node: int | None = None) -> RankRun:
+    """Combine the summaries of one run's ranks (one per rank; see ``rank_problems``).
+    ``gpus_per_node``: the host of a rank whose trace names none is ``node<rank // N>``."""
     problems = rank_problems(summaries)
     ranks = _ranks(summaries)
+    if gpus_per_node:
+        unnamed = ranks["host"] == ""
+        ranks.loc[unnamed, "host"] = [f"node{int(r) // gpus_per_node}" for r in ranks.loc[unnamed, "rank"]]
+    elif (ranks["host"] == "").any() and (ranks["host"] != "").any():
+        problems.append("some traces name their host and some do not: clocks of the unnamed ones are taken as shared")
     host_of = {int(r): str(h) for r, h in zip(ranks["rank"].tolist(), ranks["host"].tolist(), strict=True)}
     colls = _stack(summaries, "collectives")
     matching = match_collectives(colls)
