@@ -107,7 +107,7 @@ class ExposedCommunication(RankRule[Options]):
                 "exposed_transfer_per_step_ns": exposed,
                 "mean_step_ns": step,
                 "share_pct": share,
-                "per_rank_exposed_transfer_ns": {int(r): float(v) for r, v in per_rank["transfer"].items()},
+                "per_rank_exposed_transfer_ns": {str(int(r)): float(v) for r, v in per_rank["transfer"].items()},
                 "transfer_ns_by_op": {str(k): int(v) for k, v in op_ns.items()},
                 "dominant_op": op,
                 "accumulation_rounds": repeats,
