@@ -313,14 +313,27 @@ def _modes(jobs: int, dask: bool) -> list[tuple[str, dict[str, Any]]]:
     return modes
 
 
-def _timed(paths: list[str], build: Callable[[str], RankSummary], kw: dict[str, Any]) -> tuple[float, list[bytes]]:
+def _machine_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU jiffies of the whole machine so far (/proc/stat): what every process used,
+    ours (pool workers are children of the forkserver, not of this process) and the neighbours'."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return total - idle, total
+
+
+def _timed(
+    paths: list[str], build: Callable[[str], RankSummary], kw: dict[str, Any]
+) -> tuple[float, float, list[bytes]]:
     for p in paths:
         beside_path(p).unlink(missing_ok=True)
-    t0 = time.perf_counter()
+    (b0, j0), t0 = _machine_jiffies(), time.perf_counter()
     out = summaries(paths, build, use_cache=True, **kw)
     seconds = time.perf_counter() - t0
+    b1, j1 = _machine_jiffies()
+    busy = (b1 - b0) / max(1, j1 - j0)  # the machine's busy fraction (1.0: every core busy)
     assert out.cached == 0 and not out.errors, (kw, out.errors[:3])
-    return seconds, [encode_summary(s) for s in out.summaries]
+    return seconds, busy, [encode_summary(s) for s in out.summaries]
 
 
 def _show_difference(mode: str, reference: list[bytes], encoded: list[bytes]) -> None:
@@ -359,13 +372,17 @@ def time_builds(
         tiny.append(str(tiny_dir / f"t{i}.json.gz"))
     modes = _modes(jobs, dask)
     times: dict[str, list[float]] = {name: [] for name, _ in modes}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in modes}  # machine busy fraction
+    load: dict[str, list[float]] = {name: [] for name, _ in modes}  # 1-min load average after
     startup: dict[str, float] = {}
     reference: list[bytes] | None = None
     identical = {name: True for name, _ in modes}
     for _ in range(rounds):
         for name, kw in modes:
-            seconds, encoded = _timed(paths, build, kw)
+            seconds, busy, encoded = _timed(paths, build, kw)
             times[name].append(seconds)
+            cpu[name].append(busy)
+            load[name].append(os.getloadavg()[0])
             reference = reference or encoded
             if encoded != reference:
                 identical[name] = False
@@ -379,6 +396,8 @@ def time_builds(
             "s": min(times[name]),
             "all": times[name],
             "startup": startup[name],
+            "cpu": cpu[name][times[name].index(min(times[name]))],
+            "load": max(load[name]),
             "speedup": base / min(times[name]),
             "identical": identical[name],
         }
@@ -453,13 +472,17 @@ def main() -> None:
     rows = time_builds(a.workdir / "raw", build, a.jobs, dask, a.rounds or 1)
     what = f"{raw_n} ranks of {raw['mean_mb']:.1f} MB JSON (nccl_data x {raw['copies']})"
     print(f"\n2. {what}, summaries built from scratch by {build_name}")
-    print("| executor | seconds (best) | every run | s per trace | speed-up vs jobs=1 | fixed cost s | identical |")
-    print("|---|---:|---|---:|---:|---:|---|")
+    print(
+        "| executor | seconds (best) | every run | s per trace | speed-up vs jobs=1 | machine busy "
+        "| load after | fixed cost s | identical |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---|")
     for row in rows:
         every = " ".join(f"{x:.1f}" for x in row["all"])
         print(
             f"| {row['mode']} | {row['s']:.1f} | {every} | {row['s'] / raw_n:.3f} | {row['speedup']:.2f} | "
-            f"{row['startup']:.1f} | {'yes' if row['identical'] else 'NO'} |"
+            f"{row['cpu']:.0%} | {row['load']:.1f} | {row['startup']:.1f} | "
+            f"{'yes' if row['identical'] else 'NO'} |"
         )
     print(f"\ntotal bench time {time.perf_counter() - t_start:.0f} s; {_load()}")
     if not a.keep:
