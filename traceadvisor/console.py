@@ -89,7 +89,7 @@ def analyze_or_fail(
     try:
         with library_warnings_printed():
             if jobs is not None or executor is not None:
-                report = analyze_scaled(paths, config, jobs=jobs, executor=executor)
+                report = analyze_scaled(paths, config, jobs=jobs, executor=executor, max_bytes=max_bytes)
             else:
                 report = analyze(paths, config, max_bytes=max_bytes)
     except (TraceError, UsageError) as exc:

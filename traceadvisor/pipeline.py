@@ -276,7 +276,7 @@ def _us_or_none(ns: float | None) -> float | None:
     return None if ns is None else ns / 1000.0
 
 
-def rank_summary(path: str, config: Config | None = None) -> RankSummary:
+def rank_summary(path: str, config: Config | None = None, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> RankSummary:
     """The map step of a multi-rank analysis: load one rank's trace, analyse it alone (every
     single-rank rule) and reduce it to its summary (``ranks/build.py``). Top-level and picklable:
     ``ranks/executor.py`` runs it in worker processes or on a Dask cluster."""
@@ -285,13 +285,18 @@ def rank_summary(path: str, config: Config | None = None) -> RankSummary:
     from traceadvisor.trace.load import load_file
 
     config = config or Config()
-    trace = load_file(Path(path), gpu=config.gpu)
+    key = trace_key(Path(path))  # before reading: a file changed meanwhile gets rebuilt next time
+    trace = load_file(Path(path), max_bytes=max_bytes, gpu=config.gpu)
     report = analyze_traces([trace], config)
-    return summary_of(trace, trace_key(Path(path)), report.to_dict())
+    return summary_of(trace, key, report.to_dict())
 
 
 def analyze_scaled(
-    paths: Iterable[str | Path], config: Config | None = None, jobs: int | None = None, executor: str | None = None
+    paths: Iterable[str | Path],
+    config: Config | None = None,
+    jobs: int | None = None,
+    executor: str | None = None,
+    max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
 ) -> Report:
     """``analyze`` through rank summaries (``--jobs``, ``--executor``): each trace reduced to its
     summary in a worker (a process pool, or a Dask cluster) and cached beside it, the summaries
@@ -307,7 +312,8 @@ def analyze_scaled(
     config = config or Config()
     files = [str(p) for p in expand_paths(paths)]
     default = not (config.select or config.ignore or config.rules_dirs or config.origin.path is not None)
-    got = map_summaries(files, partial(rank_summary, config=config), jobs=jobs, executor=executor, use_cache=default)
+    build = partial(rank_summary, config=config, max_bytes=max_bytes)
+    got = map_summaries(files, build, jobs=jobs, executor=executor, use_cache=default)
     if got.errors:
         e = got.errors[0]
         raise TraceError(e.message if e.message.startswith(e.path) else f"{e.path}: {e.message}")
