@@ -3,7 +3,8 @@
 Two measurements, one table each:
 
 1. **1,000 synthetic ranks from cached summaries.** The summaries of a few real traces
-   (``fixtures/traces/multirank/*`` when there, else HTA's sampled pair and ``nccl_data``) are
+   (the ranks of the largest run in ``fixtures/traces/multirank/``, else HTA's sampled pair and
+   ``nccl_data``) are
    built once, then written as N summary files, one per rank, each beside its own "trace" (a hard
    link to the real trace, so the key (path, size, mtime) is the link's own and a cache miss
    would rebuild a real summary). Each rank's copy is varied: its rank, host, a clock offset of up
@@ -171,9 +172,14 @@ def _function(spec: str) -> Callable[..., Any]:
 
 
 def _sources() -> list[Path]:
-    found = sorted(MULTIRANK.glob("*.json*")) if MULTIRANK.is_dir() else []
-    found = [p for p in found if not p.name.endswith(".tasummary")]
-    return found or [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz", INFLATE_SOURCE]
+    """The ranks of one real multi-rank run (the ``multirank`` fixture run with the most ranks: the
+    synthetic rank r copies its rank r mod n, so collectives still pair across ranks), else HTA's."""
+    runs = [d for d in sorted(MULTIRANK.iterdir()) if d.is_dir()] if MULTIRANK.is_dir() else []
+    traces = [[p for p in sorted(d.glob("*.json*")) if not p.name.endswith(".tasummary")] for d in runs]
+    best = max(traces, key=len, default=[])
+    if best:
+        return sorted(best, key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)])
+    return [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz", INFLATE_SOURCE]
 
 
 def _jittered(base: RankSummary, rank: int, world: int, key: TraceKey, rng: np.random.Generator) -> RankSummary:
@@ -207,11 +213,11 @@ def _jittered(base: RankSummary, rank: int, world: int, key: TraceKey, rng: np.r
     )
 
 
-def make_synthetic(folder: Path, n: int, build: Callable[[str], RankSummary]) -> dict[str, float]:
+def make_synthetic(folder: Path, n: int, build: Callable[[str], RankSummary]) -> dict[str, Any]:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     sources = []
-    for i, src in enumerate(_sources()):
+    for i, src in enumerate(_sources()):  # source-i: no rank in the name, the summary's rank is set
         dst = folder / f"source-{i}{''.join(src.suffixes)}"
         shutil.copyfile(src, dst)
         sources.append((dst, build(str(dst))))
@@ -225,7 +231,12 @@ def make_synthetic(folder: Path, n: int, build: Callable[[str], RankSummary]) ->
         summary = _jittered(base, rank, n, trace_key(link), rng)
         write_summary(summary, beside_path(link))
         total += beside_path(link).stat().st_size
-    return {"write_s": time.perf_counter() - t0, "mean_kb": total / n / 1024, "sources": len(sources)}
+    return {
+        "write_s": time.perf_counter() - t0,
+        "mean_kb": total / n / 1024,
+        "sources": len(sources),
+        "from": str(_sources()[0].parent.relative_to(REPO)),
+    }
 
 
 def read_phase(folder: Path, n: int, combine: str | None, build: str) -> None:
@@ -458,7 +469,7 @@ def main() -> None:
     # Run twice; the second is reported (the first also warms the page cache and the imports).
     runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout) for _ in range(2)]
     r = runs[-1]
-    print(f"\n1. {n} synthetic ranks from cached summaries ({synth['sources']} real source traces)")
+    print(f"\n1. {n} synthetic ranks from cached summaries of {synth['sources']} real traces ({synth['from']})")
     print("| ranks | summary KB (mean) | write all s | read all s | combine s | RSS before MB | peak RSS MB |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     combine = "-" if r["combine_s"] is None else f"{r['combine_s']:.2f}"
