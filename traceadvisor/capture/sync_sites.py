@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from traceadvisor.trace.source import is_library_file
+from traceadvisor.trace.library_files import is_library_file
 
 # The text of torch's warning (c10/cuda/CUDAFunctions.cpp, warn_or_error_on_sync).
 SYNC_WARNING = "called a synchronizing CUDA operation"
