@@ -18,8 +18,9 @@ Two measurements, one table each:
    from scratch (cache files removed before each run) with ``jobs=1``, ``jobs=2`` and a Dask
    ``LocalCluster`` of 2 single-threaded worker processes, in one run, and must be identical.
 
-``--build module:function`` replaces the bench's own small builder (``build_small``: collectives,
-steps, a busy/idle breakdown and kernel classes from ``load_file``) with the real one.
+``--build``: ``full`` (the default) is the real builder, ``pipeline.rank_summary``; ``light`` the
+bench's own small one (``build_small``: collectives, steps, a busy/idle breakdown and kernel classes
+from ``load_file``, no report); or any ``module:function``.
 
     .venv/bin/python bench/ranks_scale.py            # 1,000 + 64 x 50 MB (about 3 minutes here)
     .venv/bin/python bench/ranks_scale.py --quick    # 100 + 8 x 10 MB
@@ -434,7 +435,7 @@ def main() -> None:
     ap.add_argument(
         "--build",
         default="full",
-        help="full (default: build_small + the single-rank report), light (build_small) or module:function",
+        help="full (default: pipeline.rank_summary), light (build_small: no report) or module:function",
     )
     ap.add_argument("--workdir", type=Path, help="where the traces go (default: a new folder under /tmp)")
     ap.add_argument("--keep", action="store_true", help="leave the work folder (GBs of traces) in place")
