@@ -46,6 +46,7 @@ test: $(VENV)/.installed-test lint
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/run.py
+	$(PY) bench/ranks_scale.py --build traceadvisor.pipeline:rank_summary --combine traceadvisor.pipeline:analyze_summaries
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache traceadvisor/trace/_kineto*.so
