@@ -4,8 +4,10 @@ Keys: ``select`` and ``ignore`` (lists of codes, code prefixes or names), ``seve
 code-or-name → low/medium/high), ``thresholds`` (``high_pct``, ``medium_pct``), ``rules-dir`` (list
 of folders), ``rule-timeout`` (seconds one rule may run on one trace; default 60), one table per
 rule (by name or code) with its options, e.g. ``[tool.traceadvisor.rules.idle-gap] min_gap_us = 50``,
-and ``[tool.traceadvisor.gpu]``: the GPU peaks of the roofline (a GPU of the table, a measured
-device profile, or figures; see ``traceadvisor/trace/device.py``).
+``communication-kernels`` (regexes of kernel names that are communication besides NCCL/RCCL's, e.g.
+vLLM's ``"cross_device_reduce"``: kept out of occupancy, roofline and fusion advice, counted as
+communication in the multi-rank breakdown) and ``[tool.traceadvisor.gpu]``: the GPU peaks of the
+roofline (a GPU of the table, a measured device profile, or figures; see ``traceadvisor/trace/device.py``).
 
 Which file applies (``resolve_config``, the one function the command line, ``Advisor``/``profile``
 and capture's post-run analysis use):
@@ -30,6 +32,7 @@ same problem the same way.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -92,6 +95,8 @@ class Config:
     origin: ConfigOrigin = field(default_factory=ConfigOrigin)
     # ``--gpus-per-node``: ranks grouped into hosts by rank // N where a trace names no host
     gpus_per_node: int | None = None
+    # ``communication-kernels``: regexes of kernel names that are communication besides NCCL/RCCL's
+    communication_kernels: list[str] = field(default_factory=list)
 
 
 def resolve_config(
@@ -317,6 +322,15 @@ def parse_table(table: dict[str, Any], path: Path) -> Config:
             cfg.rule_options = {k: dict(v) for k, v in value.items()}
         elif key in ("rule-timeout", "rule_timeout"):
             cfg.rule_timeout = parse_rule_timeout(value, f"{path}: rule-timeout")
+        elif key in ("communication-kernels", "communication_kernels"):
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise UsageError(f"{path}: communication-kernels must be a list of kernel-name patterns (regexes)")
+            for v in value:
+                try:
+                    re.compile(v)
+                except re.error as exc:
+                    raise UsageError(f"{path}: communication-kernels: {v!r} is not a regex ({exc})") from None
+            cfg.communication_kernels = list(value)
         elif key == "gpu":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: [gpu] must be a table (name, device-profile, memory-bandwidth-gbs, tflops)")

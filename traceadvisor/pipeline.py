@@ -236,6 +236,8 @@ def analyze(
             after_each=lambda: raise_if_cancelled(cancel),
             gpu=config.gpu,  # the roofline's peaks ([tool.traceadvisor.gpu]), given to each trace at load
         )
+        for t in traces:  # [tool.traceadvisor] communication-kernels, before anything reads them
+            t.communication_patterns = tuple(config.communication_kernels)
         return analyze_traces(traces, config, rules, cancel, claims)
 
 
@@ -287,6 +289,7 @@ def rank_summary(path: str, config: Config | None = None, max_bytes: int = DEFAU
     config = config or Config()
     key = trace_key(Path(path))  # before reading: a file changed meanwhile gets rebuilt next time
     trace = load_file(Path(path), max_bytes=max_bytes, gpu=config.gpu)
+    trace.communication_patterns = tuple(config.communication_kernels)
     report = analyze_traces([trace], config)
     return summary_of(trace, key, report.to_dict())
 

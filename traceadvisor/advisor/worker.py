@@ -181,6 +181,7 @@ def _analyze_and_summarise(trace: Path, config: Any, max_bytes: int, cancel: thr
     config = config or Config()
     key = trace_key(trace)
     loaded = load_file(trace, max_bytes=max_bytes, gpu=config.gpu)
+    loaded.communication_patterns = tuple(config.communication_kernels)
     report = analyze_traces([loaded], config, cancel=cancel)
     try:
         write_summary(summary_of(loaded, key, report.to_dict()), summary_path(trace))

@@ -30,9 +30,14 @@ COMMUNICATION_KERNEL = re.compile(
 )
 
 
-def is_communication_name(name: str) -> bool:
-    """Whether a kernel name is an NCCL/RCCL kernel's."""
-    return COMMUNICATION_KERNEL.search(name) is not None
+def is_communication_name(name: str, extra: re.Pattern[str] | None = None) -> bool:
+    """Whether a kernel name is an NCCL/RCCL kernel's (or matches the configured ``extra``)."""
+    return COMMUNICATION_KERNEL.search(name) is not None or (extra is not None and extra.search(name) is not None)
+
+
+def extra_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """The configured extra communication patterns as one case-insensitive regex (None: none)."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE) if patterns else None
 
 
 @memoised
@@ -40,20 +45,21 @@ def communication_kernels(trace: Trace) -> pd.Index:
     """Row labels (of ``trace.gpu`` and its views, ``trace.kernels``) of the kernels that are
     communication: ``frame.index.isin(communication_kernels(trace))`` masks any view of them."""
     gpu = trace.gpu
-    return gpu.index[_mask(gpu, trace.collectives)] if len(gpu) else gpu.index[:0]
+    extra = extra_pattern(trace.communication_patterns)
+    return gpu.index[_mask(gpu, trace.collectives, extra)] if len(gpu) else gpu.index[:0]
 
 
-def _mask(gpu: pd.DataFrame, coll: pd.DataFrame) -> npt.NDArray[np.bool_]:
+def _mask(gpu: pd.DataFrame, coll: pd.DataFrame, extra: re.Pattern[str] | None = None) -> npt.NDArray[np.bool_]:
     """True for a kernel that is communication, by its name or because Kineto recorded collective
     args on it (``collectives`` rows with ``on_gpu``, matched by correlation id and start time)."""
     names = gpu["name"]
     if isinstance(names.dtype, pd.CategoricalDtype):
         cats = names.cat.categories.astype(str)
-        by_cat = np.fromiter((is_communication_name(c) for c in cats), dtype=bool, count=len(cats))
+        by_cat = np.fromiter((is_communication_name(c, extra) for c in cats), dtype=bool, count=len(cats))
         codes = names.cat.codes.to_numpy()
         mask = np.where(codes >= 0, by_cat[np.maximum(codes, 0)], False)
     else:
-        mask = names.astype(str).str.contains(COMMUNICATION_KERNEL).to_numpy(dtype=bool)
+        mask = np.fromiter((is_communication_name(n, extra) for n in names.astype(str)), dtype=bool, count=len(names))
     if len(coll) and coll["on_gpu"].any():
         on = coll[coll["on_gpu"].to_numpy(dtype=bool)]
         keys = pd.MultiIndex.from_arrays([on["correlation"].to_numpy(), on["ts_ns"].to_numpy()])

@@ -81,6 +81,10 @@ class Trace:
     ) -> None:
         self.meta = meta
         self._gpu_config = gpu
+        # Extra kernel-name patterns (regexes) that are communication, beside NCCL/RCCL's
+        # (``[tool.traceadvisor] communication-kernels``, e.g. vLLM's ``cross_device_reduce``): set by
+        # the pipeline from the configuration right after loading, before any analysis reads it.
+        self.communication_patterns: tuple[str, ...] = ()
         get = tables.get
         self.host: pd.DataFrame = _table(get("host"), "host")
         self.frames: pd.DataFrame = _table(get("frames"), "frames")
