@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceadvisor.rules_api import Finding, RankRule, RankRun, fmt_ms, pct
+from traceadvisor.rules_api import Finding, IdleCause, RankRule, RankRun, fmt_ms, pct
 
 BASIS = (
     "an upper bound: the exposed transfer per step (mean over ranks) if all of it overlapped with "
@@ -72,6 +72,9 @@ class ExposedCommunication(RankRule[Options]):
     """
 
     code = "DS102"
+    # GPU idle while the host waits for a collective (analyses/idle.py, cause 3b) is this rule's in a
+    # multi-rank report (or the straggler's, for its wait part), never a CPU stall (idle-gap)
+    claims = frozenset({IdleCause.communication})
     name = "exposed-communication"
 
     def check_ranks(self, run: RankRun) -> Iterator[Finding]:

@@ -131,3 +131,47 @@ def test_gpus_per_node_puts_ranks_on_hosts_and_missing_ranks_are_said() -> None:
     assert run.ranks["host"].tolist() == ["node0", "node1"]
     assert run.alignment.method == "collective-end" and run.alignment.refused
     assert any(p.startswith("2 of 128 ranks given") for p in run.problems)
+
+
+GPU_TRUTH = json.loads((REPO / "fixtures" / "multirank_gpu.json").read_text())
+GPU_RUNS = {k: v for k, v in GPU_TRUTH.get("scenarios", GPU_TRUTH).items() if isinstance(v, dict) and "measured" in v}
+# The 4x batch on a GPU both ranks share: measured 1.2 ms per step; the trace's lead excess is 5.0 ms,
+# most of it the profiler's cost of the bigger batch's Python collate (4x the recorded frames), which an
+# uncalibrated cost model cannot take out reliably (build.profiler_time_before).
+GPU_KNOWN_MISS = {
+    "uneven_work_2r": "the profiler inflates the straggler's 4x Python collate: 5.0 ms predicted, 1.2 measured"
+}
+
+
+@pytest.mark.parametrize("run", sorted(k for k, v in GPU_RUNS.items() if v.get("straggler_rank") is not None))
+def test_two_ranks_sharing_a_gpu(run: str) -> None:
+    """Real CUDA runs (an H100 shared by 2 gloo ranks): the straggler's saving within 20% of measured."""
+    truth = GPU_RUNS[run]
+    report = analyze([FIXTURE_TRACES / "multirank_gpu" / run])
+    top = report.findings[0]
+    measured_us = truth["measured"]["measured_saving_us"]
+    saving = top.impact.saving_per_step_us if top.code == "DS101" and top.impact else None
+    ok = saving is not None and abs(saving - measured_us) / measured_us <= 0.20
+    if run in GPU_KNOWN_MISS:
+        assert not ok, f"{run} now within 20%: drop its known miss"
+        pytest.xfail(GPU_KNOWN_MISS[run])
+    assert top.code == "DS101" and top.ranks == (truth["straggler_rank"],) and top.data["class"] == truth["class"]
+    assert ok, f"{run}: predicted {saving} µs, measured {measured_us:.0f} µs"
+    # the waiting rank's GPU idles inside the collective: its exposed wait, not "model compute"
+    assert report.ranks is not None
+    waiting = [r for r in report.ranks.rows if not r.straggler]
+    assert all(r.exposed_wait_us > 0.5 * r.step_us for r in waiting)
+    assert not any(f.code == "GK101" and "gloo" in f.recommendation for f in report.findings)
+
+
+def test_profiler_cost_is_taken_out_of_the_progress_only_for_a_calibrated_trace() -> None:
+    from traceadvisor.ranks.build import profiler_time_before
+    from traceadvisor.trace.load import load_file
+
+    trace = load_file(MULTIRANK / "uneven_work_2r" / "rank1.json.gz")
+    times = trace.steps.table["cpu_end_ns"].to_numpy()
+    assert (profiler_time_before(trace, times) == 0).all()
+    trace = load_file(MULTIRANK / "uneven_work_2r" / "rank1.json.gz")
+    trace.meta.traceadvisor = {"unprofiled_step_us": [23000.0, 24000.0, 23500.0]}
+    removed = profiler_time_before(trace, times)
+    assert (removed > 0).all() and (removed[1:] > removed[:-1]).all()

@@ -13,6 +13,11 @@ applies wins, so no gap is counted twice; docs/idle-attribution.md has the reaso
    *host-late* gap, whose next work was launched after the gap began; the *host interval* is
    from the gap's start to that launch, on the launching thread;
 3. ``data_loading``: a DataLoader ``__next__`` span holds the middle of the host interval;
+   3b. ``communication``: a collective's host span (``gloo:<op>`` on gloo's worker threads, which
+   lasts the collective, the wait for the other ranks included; ``nccl:<op>``) on any thread of the
+   process holds it: the host waited for a collective (DDP waits for its gradient buckets), which is
+   neither model compute nor a CPU stall of this rank (in a multi-rank report: the straggler's or
+   the exposed communication's time);
 4. ``sync``: a blocking call (synchronize, synchronous copy) on the launching thread overlaps
    the host interval (the GPU drained its queue, then waited while the host waited and came
    back), or the host was still inside the top-level op that synchronized (``aten::nonzero``
@@ -41,6 +46,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.analyses.cache import memoised
+from traceadvisor.trace import intervals
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 
@@ -61,6 +67,9 @@ HOST_STALL_NS = 200_000
 # Adam). Rules subtract it from host-late idle to estimate what an unprofiled run loses.
 PROFILER_EVENT_COST_NS = 3_000
 DATA_LOADER_MARK = "DataLoader"
+# Host spans that last a collective's execution: gloo's worker threads record ``gloo:<op>`` around
+# it (waiting for the peers included); ``nccl:<op>`` record_functions name NCCL's.
+COMM_SPAN_PREFIXES = ("gloo:", "nccl:")
 OPTIMIZER_MARK = "Optimizer.step#"
 MULTI_TENSOR_MARKS = ("_foreach_", "_fused_")
 STEP_MARK = "ProfilerStep#"
@@ -78,6 +87,7 @@ class IdleCause(StrEnum):
     cpu_op = "cpu_op"
     launch_latency = "launch_latency"
     unknown = "unknown"
+    communication = "communication"
 
 
 CAUSES = tuple(c.value for c in IdleCause)
@@ -92,7 +102,7 @@ COLUMNS = (
     "blocking_row",
     "host_events",
 )
-(SYNC, DATA, OPTIMIZER, LAUNCH_BOUND, CPU_OP, LATENCY, UNKNOWN) = range(len(CAUSES))
+(SYNC, DATA, OPTIMIZER, LAUNCH_BOUND, CPU_OP, LATENCY, UNKNOWN, COMMUNICATION) = range(len(CAUSES))
 
 
 def empty() -> pd.DataFrame:
@@ -366,6 +376,13 @@ def _host_late(trace: Trace, todo: I64, gs: I64, ge: I64, launch: I64, out: _Out
 
     h_all, r_all = _Lanes(host), _Lanes(rt)
     f_all = _Lanes(trace.frames) if len(trace.frames) else None
+    comm = _name_matches(host, COMM_SPAN_PREFIXES)
+    comm_by_pid: dict[int, tuple[I64, I64]] = {}
+    if comm.any():
+        hp = host["pid"].to_numpy()
+        for pp in np.unique(hp[comm]).tolist():
+            m = comm & (hp == pp)
+            comm_by_pid[int(pp)] = intervals.merge(host["ts_ns"].to_numpy()[m], host["end_ns"].to_numpy()[m])
 
     pid, tid = rt_pid[launch[todo]], rt_tid[launch[todo]]
     done = np.zeros(len(todo), dtype=bool)
@@ -397,6 +414,15 @@ def _host_late(trace: Trace, todo: I64, gs: I64, ge: I64, launch: I64, out: _Out
         hit = j >= 0
         c[hit], hr[hit] = DATA, spans.rows[j[hit]]
         d[hit] = _names(host, hr[hit])
+
+        # 3b. communication: a collective's host span (any thread of the process) holds the middle.
+        cs_, ce_ = comm_by_pid.get(p, (np.empty(0, np.int64), np.empty(0, np.int64)))
+        if len(cs_):
+            k = np.searchsorted(cs_, mid, side="right") - 1
+            hit = (k >= 0) & (c < 0)
+            hit[hit] = ce_[k[hit]] > mid[hit]
+            c[hit] = COMMUNICATION
+            d[hit] = "waiting for a collective (the other ranks, or its transfer)"
 
         # 4a. sync: a blocking call on this thread overlaps the host interval.
         roots = h_all.spans(h, is_op).roots()

@@ -5,8 +5,9 @@ One step's span (CPU start to the later of its CPU end and its GPU work's end) s
 TraceLens' assertion; docs/multirank.md):
 
 * on a GPU trace, over the main device: compute = the union of non-communication kernels;
-  communication = the union of NCCL/RCCL kernels (``analyses/communication.py``), exposed where no
-  compute runs; memcpy/memset exposed where neither runs; idle the rest;
+  communication = the union of NCCL/RCCL kernels (``analyses/communication.py``) and of the
+  collectives' spans (gloo runs those of CUDA tensors on the host), exposed where no compute runs;
+  memcpy/memset exposed where neither runs; idle the rest;
 * on a CPU trace (gloo), over the thread that records the steps: compute = the union of its ops
   and annotations (not the step marker, not the DataLoader fetch, not the c10d enqueue ops);
   communication = the union of the collectives' spans (gloo's worker annotations cover the
@@ -115,7 +116,12 @@ def breakdown(trace: Trace, colls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
         kernel = g["kind"].to_numpy() == KERNEL
         gs, ge = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()
         comp_s, comp_e = intervals.merge(gs[kernel & ~comm_rows], ge[kernel & ~comm_rows])
-        comm_s, comm_e = intervals.merge(gs[comm_rows], ge[comm_rows])
+        # the communication kernels and every collective's own span: on gloo the collectives of
+        # CUDA tensors run on the host (staged through it) while the GPU waits
+        comm_s, comm_e = intervals.merge(
+            np.concatenate((gs[comm_rows], colls["start_ns"].to_numpy(dtype=np.int64))),
+            np.concatenate((ge[comm_rows], colls["end_ns"].to_numpy(dtype=np.int64))),
+        )
         copy = ~kernel
         cp_s, cp_e = intervals.merge(gs[copy], ge[copy])
         h2d = copy & g["name"].astype(str).str.contains("HtoD", regex=False).to_numpy()

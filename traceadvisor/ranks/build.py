@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from traceadvisor.ranks.breakdown import breakdown, host_gaps, step_spans
@@ -25,6 +27,7 @@ _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 def summary_of(trace: Trace, key: TraceKey, report: dict[str, object]) -> RankSummary:
     """The summary of a loaded trace whose single-rank report is ``report``."""
     colls = rank_collectives(trace)
+    colls = colls.assign(profiler_ns=profiler_time_before(trace, colls["start_ns"].to_numpy(dtype=np.int64)))
     table, exposed = breakdown(trace, colls)
     rank, source = rank_of(trace)
     return RankSummary(
@@ -37,7 +40,7 @@ def summary_of(trace: Trace, key: TraceKey, report: dict[str, object]) -> RankSu
         base_time_ns=trace.meta.base_time_ns,
         tables={
             "collectives": colls.reset_index(drop=True),
-            "steps": step_spans(trace),
+            "steps": _steps_with_profiler(trace),
             "breakdown": table,
             "comm_exposed": exposed,
             "kernel_classes": kernel_classes(trace),
@@ -46,6 +49,35 @@ def summary_of(trace: Trace, key: TraceKey, report: dict[str, object]) -> RankSu
         report=report,
         warnings=tuple(trace.meta.warnings),
     )
+
+
+def _steps_with_profiler(trace: Trace) -> pd.DataFrame:
+    """``steps`` with the profiler's host cost recorded on the step thread before each step starts."""
+    steps = step_spans(trace)
+    return steps.assign(profiler_ns=profiler_time_before(trace, steps["start_ns"].to_numpy(dtype=np.int64)))
+
+
+def profiler_time_before(trace: Trace, times: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The profiler's own host cost recorded on the thread that records the steps before each time
+    (``whatif/profiler_cost.py``, calibrated to the trace's measured unprofiled steps): the
+    straggler's replay compares the ranks' progress without it, since a rank that records more
+    events (a bigger batch through a Python collate) is slowed by the profiler more than the others,
+    which it is not in an unprofiled run.
+
+    Only for a trace that carries measured unprofiled steps (``traceadvisor capture``, the advisor):
+    uncalibrated, the per-event costs (fitted on an H100 host) took out 5 ms a step from the rank
+    with the 4x batch of fixtures/traces/multirank/uneven_work_2r where its measured excess was
+    14.0 ms and the profiled one 14.3 ms (the replay then said 9.4 ms); zeros otherwise."""
+    from traceadvisor.ranks.breakdown import step_thread
+    from traceadvisor.whatif.host_time import thread_key
+    from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns, unprofiled_overrides
+
+    thread = step_thread(trace)
+    if thread is None or not len(times) or measured_unprofiled_ns(trace) is None:
+        return np.zeros(len(times), dtype=np.int64)
+    key = thread_key(np.array([thread[0]]), np.array([thread[1]]))
+    removed = unprofiled_overrides(trace).host_removed
+    return removed.removed_by_thread(np.repeat(key, len(times)), times).astype(np.int64)
 
 
 def rank_of(trace: Trace) -> tuple[int | None, str]:

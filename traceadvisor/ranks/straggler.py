@@ -108,6 +108,7 @@ def replay_saving(
         return 0.0, 0.0, 0
     transfer = instances.set_index("instance")["transfer_ns"]
     start_of = steps.set_index(["rank", "step"])["start_ns"]
+    prof_of = steps.set_index(["rank", "step"])["profiler_ns"] if "profiler_ns" in steps else None
     n_ranks = c["rank"].nunique()
     savings: list[float] = []
     spans: list[float] = []
@@ -120,6 +121,8 @@ def replay_saving(
         origin = start_of.reindex(key).to_numpy(dtype=np.float64)
         if np.isnan(origin).any():
             continue
+        if prof_of is not None:
+            cs = cs.assign(profiler_origin_ns=prof_of.reindex(key).fillna(0).to_numpy(dtype=np.int64))
         got = _replay_step(cs, origin.astype(np.int64), transfer, rank)
         if got is not None:
             savings.append(got[0] - got[1])
@@ -153,7 +156,11 @@ def _replay_step(cs: pd.DataFrame, origin: np.ndarray, transfer: pd.Series, rank
             "origin": origin,
         }
     )
-    frame["p"] = frame["s"] - frame["origin"]  # progress in its own step: the pace, clock-free
+    # progress in its own step (the pace, clock-free), without the profiler's own host cost recorded
+    # since the step began (``profiler_ns``: cumulative on the rank's step thread, build.py)
+    prof = cs["profiler_ns"].to_numpy(dtype=np.int64) if "profiler_ns" in cs else np.zeros(len(cs), np.int64)
+    prof0 = cs["profiler_origin_ns"].to_numpy(dtype=np.int64) if "profiler_origin_ns" in cs else prof * 0
+    frame["p"] = frame["s"] - frame["origin"] - np.maximum(prof - prof0, 0)
     gate = np.full(len(frame), -1, dtype=np.int64)  # the instance a row was queued behind
     for _, g in frame.groupby("rank"):
         idx = g.index.to_numpy()

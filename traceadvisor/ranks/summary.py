@@ -15,10 +15,11 @@ name, "" when unknown), ``pg_ranks`` (as written, "" when unknown), ``seq`` (-1 
 ``ordinal`` (order within ``pg`` on this rank), ``dtype``, ``in_nelems``, ``out_nelems``,
 ``bytes`` (S as nccl-tests defines it, NaN when unknown), ``group_size`` (-1 when unknown),
 ``on_gpu`` (a kernel, not a host op), ``stream`` (-1 on the host), ``start_ns``, ``end_ns``,
-``step`` (profiler step number whose window holds the start, -1 outside every step).
+``step`` (profiler step number whose window holds the start, -1 outside every step); ``build.py``
+adds ``profiler_ns``: the profiler's own host cost recorded on the step thread before the start.
 
 ``steps``: ``step``, ``start_ns``, ``end_ns`` (the step's span: CPU start to the later of CPU end and
-its GPU work's end), ``cpu_end_ns``.
+its GPU work's end), ``cpu_end_ns``, ``profiler_ns`` (the profiler's host cost before the start).
 
 ``breakdown`` (``ranks/breakdown.py``): one row per step: ``step``, ``step_ns``, ``compute_ns``,
 ``comm_ns``, ``comm_exposed_ns``, ``memcpy_exposed_ns``, ``idle_ns`` (compute + comm_exposed +
@@ -45,7 +46,7 @@ from typing import Any
 import pandas as pd
 
 # Bumped whenever what a summary holds changes: cached summaries of another version are rebuilt.
-SUMMARY_VERSION = "1"
+SUMMARY_VERSION = "2"
 
 TABLES = ("collectives", "steps", "breakdown", "comm_exposed", "kernel_classes", "host_gaps")
 
