@@ -104,7 +104,7 @@ def test_cli_rank_focus_and_rank_table(tmp_path: Path) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "traceadvisor", "analyze", str(MULTIRANK / "input_delay_2r"), *args],
+            [sys.executable, "-m", "traceadvisor", "analyze", str(MULTIRANK / "input_delay_2r"), "--no-cache", *args],
             capture_output=True,
             text=True,
             cwd=tmp_path,
@@ -119,6 +119,7 @@ def test_cli_rank_focus_and_rank_table(tmp_path: Path) -> None:
     assert all(0 in f["ranks"] for f in focused["findings"])
     missing = cli("--rank", "7")
     assert missing.returncode != 0 and missing.stderr.count("\n") == 1 and "--rank 7" in missing.stderr
+    assert not list((MULTIRANK / "input_delay_2r").glob("*.tasummary"))  # --no-cache writes nothing
 
 
 def test_gpus_per_node_puts_ranks_on_hosts_and_missing_ranks_are_said() -> None:

@@ -154,7 +154,7 @@ def analyze(
         typer.Option(
             "--jobs",
             "-j",
-            help="Reduce each rank's trace to a summary in N worker processes, cached beside the trace, then combine.",
+            help="Several traces: reduce each to a summary in N worker processes (default: the cores), then combine.",
         ),
     ] = None,
     executor: Annotated[
@@ -167,6 +167,13 @@ def analyze(
     rank: Annotated[
         int | None, typer.Option("--rank", help="Focus on one rank: its trace and the findings that name it.")
     ] = None,
+    cache: Annotated[
+        bool,
+        typer.Option(
+            "--cache/--no-cache",
+            help="Several traces: keep each rank's summary beside its trace (<trace>.tasummary) and reuse it.",
+        ),
+    ] = True,
     gpus_per_node: Annotated[
         int | None,
         typer.Option("--gpus-per-node", help="Ranks per host (host = rank // N) where a trace names no host."),
@@ -193,7 +200,7 @@ def analyze(
             cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
     except UsageError as exc:
         raise fail(str(exc)) from None
-    report = analyze_or_fail(traces, cfg, max_bytes, why_limit, jobs=jobs, executor=executor)
+    report = analyze_or_fail(traces, cfg, max_bytes, why_limit, jobs=jobs, executor=executor, cache=cache)
     if rank is not None:
         from traceadvisor.ranks.report import focus
 

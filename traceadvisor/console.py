@@ -77,6 +77,7 @@ def analyze_or_fail(
     why_limit: str = "",
     jobs: int | None = None,
     executor: str | None = None,
+    cache: bool | None = None,
 ) -> Report:
     """``pipeline.analyze`` as a command runs it: the configuration's warnings and the library's
     printed as warning lines, bad input as one error line (``fail``), each trace's load warnings
@@ -88,8 +89,12 @@ def analyze_or_fail(
         warn(w)
     try:
         with library_warnings_printed():
-            if jobs is not None or executor is not None:
-                report = analyze_scaled(paths, config, jobs=jobs, executor=executor, max_bytes=max_bytes)
+            # Several traces (the ranks of a run): each reduced to its summary in a process pool
+            # sized to the cores (or --jobs, or Dask), cached beside it; one trace: in this process.
+            if jobs is not None or executor is not None or (cache is not None and _several(paths)):
+                report = analyze_scaled(
+                    paths, config, jobs=jobs, executor=executor, max_bytes=max_bytes, cache=cache is not False
+                )
             else:
                 report = analyze(paths, config, max_bytes=max_bytes)
     except (TraceError, UsageError) as exc:
@@ -103,6 +108,23 @@ def analyze_or_fail(
         for w in t.warnings:
             warn(f"{t.path}: {w}")
     return report
+
+
+def _several(paths: list[Path]) -> bool:
+    """Whether ``paths`` name or hold more than one trace file (a missing one: not here, analyze says)."""
+    import logging
+
+    from traceadvisor.errors import TraceError
+    from traceadvisor.trace.load import expand_paths
+
+    log = logging.getLogger("traceadvisor.trace.load")
+    was, log.disabled = log.disabled, True  # its skipped-entry warnings come once, from the analysis
+    try:
+        return len(expand_paths(paths)) > 1
+    except TraceError:
+        return False
+    finally:
+        log.disabled = was
 
 
 def report_destination(output: Path | None, traces: list[Path]) -> Path | None:

@@ -300,6 +300,7 @@ def analyze_scaled(
     jobs: int | None = None,
     executor: str | None = None,
     max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    cache: bool = True,
 ) -> Report:
     """``analyze`` through rank summaries (``--jobs``, ``--executor``): each trace reduced to its
     summary in a worker (a process pool, or a Dask cluster) and cached beside it, the summaries
@@ -310,16 +311,22 @@ def analyze_scaled(
 
     from traceadvisor.errors import TraceError
     from traceadvisor.ranks.executor import summaries as map_summaries
-    from traceadvisor.trace.load import expand_paths
+    from traceadvisor.trace.load import expand_named, report_skipped
 
     config = config or Config()
-    files = [str(p) for p in expand_paths(paths)]
+    named = expand_named(paths)
+    files = [str(p) for p, _ in named]
     default = not (config.select or config.ignore or config.rules_dirs or config.origin.path is not None)
     build = partial(rank_summary, config=config, max_bytes=max_bytes)
-    got = map_summaries(files, build, jobs=jobs, executor=executor, use_cache=default)
-    if got.errors:
-        e = got.errors[0]
-        raise TraceError(e.message if e.message.startswith(e.path) else f"{e.path}: {e.message}")
+    got = map_summaries(files, build, jobs=jobs, executor=executor, use_cache=default and cache)
+    in_folder = {str(p): f for p, f in named}
+    skipped: list[TraceError] = []
+    for e in got.errors:
+        err = TraceError(e.message if e.message.startswith(e.path) else f"{e.path}: {e.message}")
+        if not in_folder.get(e.path, False):
+            raise err  # a trace named on its own must be a trace, as in analyze
+        skipped.append(err)
+    report_skipped(skipped, any_loaded=bool(got.summaries))
     if len(got.summaries) == 1:
         return Report.from_dict(got.summaries[0].report)
     return analyze_summaries(got.summaries, config)

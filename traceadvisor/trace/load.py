@@ -135,6 +135,17 @@ def load(
     return traces
 
 
+def expand_named(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
+    """Each trace file with whether it was found in a directory (True) or named (False): a file
+    found in a directory that is not a trace is skipped with a warning, a named one fails."""
+    return _expand(paths)
+
+
+def report_skipped(skipped: list[TraceError], any_loaded: bool) -> None:
+    """``load``'s handling of files skipped from a directory (a warning each; an error if none loaded)."""
+    _report_skipped(skipped, any_loaded)
+
+
 def _report_skipped(skipped: list[TraceError], any_loaded: bool) -> None:
     """A warning per skipped file; if none was loaded, the error (the file's own, if only one)."""
     if not any_loaded and len(skipped) == 1:
