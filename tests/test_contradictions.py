@@ -269,3 +269,20 @@ def test_a_complete_cpu_only_profile_stays_a_cpu_trace(tmp_path: Path) -> None:
     trace = load(path)[0]
     assert not trace.meta.truncated and not len(trace.gpu) and trace.meta.devices
     assert trace.platform == "cpu"
+
+
+ALL_TRACES = sorted((ROOT / "fixtures").rglob("*.json.gz"))  # ours, the vendored external ones, the rule cases
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=[str(p.relative_to(ROOT / "fixtures")) for p in ALL_TRACES])
+def test_no_occupancy_or_memory_bound_finding_names_a_communication_kernel(path: Path) -> None:
+    """Issue 13's must-show, on every fixture (the multi-rank ones included) and external trace:
+    neither low-occupancy nor memory-bound names a kernel the analysis counts as communication."""
+    trace = _trace(path)
+    comm = set(trace.gpu.loc[communication_kernels(trace), "name"].astype(str))
+    for f in _report(path).findings:
+        if f.code not in ("GK301", "RF101"):
+            continue
+        named = [e.name for e in f.evidence]
+        assert not any(n.split(" (grid")[0] in comm or is_communication_name(n) for n in named), (f.code, named)
+        assert not any(c[:60] in f.message for c in comm), f.message
