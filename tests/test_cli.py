@@ -61,6 +61,9 @@ def test_fail_on_exits_1_only_when_a_finding_reaches_the_level() -> None:
     p = run("analyze", str(MI250), "--fail-on", "low", "--format", "json")
     findings = json.loads(p.stdout)["findings"]
     assert findings and p.returncode == 1
+    # stderr names what tripped it, in one line
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith(f"traceadvisor: --fail-on low: {len(findings)} finding(s)")
+    assert all(f"({f['code']})" in p.stderr for f in findings)
     worst = max(("low", "medium", "high").index(f["severity"]) for f in findings)
     if worst < 2:
         assert run("analyze", str(MI250), "--fail-on", "high").returncode == 0
@@ -95,3 +98,10 @@ def test_process_ends_without_teardown_but_with_complete_output(tmp_path: Path) 
     failing = run("analyze", trace, "--format", "json", "--output", str(out), "--fail-on", "low")
     assert failing.returncode == 1
     assert json.loads(out.read_text())["findings"] == json.loads(piped.stdout)["findings"]
+
+
+def test_version() -> None:
+    from traceadvisor import __version__
+
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout == f"traceadvisor {__version__}\n"

@@ -96,8 +96,21 @@ class Format(StrEnum):
     markdown = "markdown"
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from traceadvisor import __version__
+
+        typer.echo(f"traceadvisor {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """Read PyTorch profiler traces and say what slows the GPU workload down."""
 
 
@@ -213,6 +226,10 @@ def analyze(
     _report_written = True
     worst = report.worst_severity()
     if fail_on is not None and worst is not None and worst.rank >= fail_on.rank:
+        tripped = [f for f in report.findings if f.severity.rank >= fail_on.rank]
+        codes = ", ".join(dict.fromkeys(f"{f.rule} ({f.code})" for f in tripped))
+        line = f"--fail-on {fail_on.value}: {len(tripped)} finding(s) at or above it: {codes}"
+        sys.stderr.write(f"traceadvisor: {line}\n")
         raise typer.Exit(code=EXIT_FINDINGS)
 
 
