@@ -252,3 +252,20 @@ def test_the_idle_section_names_the_loaded_rules_claims(tmp_path: Path) -> None:
     assert plain["launch_latency"] is None and {k: v for k, v in plain.items() if k != "launch_latency"} == {
         k: v for k, v in owners[0].items() if k != "launch_latency"
     }
+
+
+def test_skipped_rules_are_one_line_per_reason() -> None:
+    """A CPU-only trace skips a dozen GPU rules for two reasons: two lines, each rule named once."""
+    from fixture_paths import MULTIRANK_INPUT_DELAY_RANK1
+
+    report = analyze([MULTIRANK_INPUT_DELAY_RANK1])
+    reasons = {s.reason for s in report.skipped}
+    assert len(report.skipped) > len(reasons) >= 1
+    for fmt, prefix in (("text", "skipped "), ("markdown", "- ")):
+        text = render(report, fmt).decode()
+        if fmt == "markdown":
+            text = text.split("## Skipped rules", 1)[1].split("\n## ", 1)[0]
+        lines = [line for line in text.splitlines() if line.startswith(prefix)]
+        assert len(lines) == len(reasons), lines
+        for s in report.skipped:
+            assert sum(s.rule in line for line in lines) >= 1

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, StepSummary, StepTime
+from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, Skipped, StepSummary, StepTime
 
 T = TypeVar("T")
 
@@ -147,3 +147,14 @@ def ranks_head(r: RanksSummary) -> str:
         f"{len(r.rows)} ranks; collectives matched by {r.match_key} ({r.collectives} collectives, "
         f"{r.coverage_pct:.0f}% of rows matched); clocks: {r.alignment}"
     )
+
+
+def skipped_by_reason(skipped: Sequence[Skipped]) -> list[tuple[str, list[str]]]:
+    """The skipped rules, one entry per reason (the rules in report order, each once): ten rules
+    skipped because the trace has no GPU are one line, not ten."""
+    by: dict[str, list[str]] = {}
+    for s in skipped:
+        rules = by.setdefault(s.reason, [])
+        if s.rule not in rules:
+            rules.append(s.rule)
+    return list(by.items())

@@ -23,6 +23,7 @@ from traceadvisor.report.format import (
     rank_label,
     ranks_head,
     replay_line,
+    skipped_by_reason,
     step_time_line,
 )
 from traceadvisor.report.format import ms as _ms
@@ -60,7 +61,9 @@ def render(report: Report) -> str:
         out += _finding(f)
     if report.skipped:
         out += ["## Skipped rules", ""]
-        out += [f"- {markdown(s.rule)}: {_text(s.reason)}" for s in report.skipped] + [""]
+        groups = skipped_by_reason(report.skipped)
+        out += [f"- {', '.join(markdown(r) for r in rules)}: {_text(reason)}" for reason, rules in groups]
+        out += [""]
     if report.errors:
         out += ["## Rule errors", ""] + [f"- {markdown(e.rule)}: {_text(e.error)}" for e in report.errors] + [""]
     return "\n".join(out)

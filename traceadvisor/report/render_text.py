@@ -28,6 +28,7 @@ from traceadvisor.report.format import (
     rank_label,
     ranks_head,
     replay_line,
+    skipped_by_reason,
     step_time_line,
 )
 from traceadvisor.report.format import ms as _ms
@@ -210,8 +211,8 @@ def _findings(console: Console, report: Report) -> None:
             label = "at" if loc.line_kind == "exact" else "in"  # "in step (defined at train.py:30)"
             console.print(f"   {label}: {_text(loc.where())}")
         console.print(f"   fix: {_text(f.recommendation)}")
-    for s in report.skipped:
-        console.print(f"skipped {_name(s.rule)}: {_text(s.reason)}")
+    for reason, rules in skipped_by_reason(report.skipped):
+        console.print(f"skipped {', '.join(_name(r) for r in rules)}: {_text(reason)}")
     for e in report.errors:
         console.print(Text.assemble(("rule error", "red"), f" {_name(e.rule)}: {_text(e.error)}"))
 
