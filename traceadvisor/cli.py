@@ -33,6 +33,8 @@ TOOL_COMMANDS: dict[str, tuple[str, str, str]] = {
     "workloads": ("traceadvisor.workloads.command", "workloads", ""),
     "calibrate": ("traceadvisor.calibrate", "calibrate", ""),
     "whatif": ("traceadvisor.whatif_command", "whatif", ""),
+    "diff": ("traceadvisor.diff_command", "diff", ""),
+    "open": ("traceadvisor.open_command", "open_trace", ""),
 }
 
 
@@ -193,7 +195,7 @@ def analyze(
     ] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
-    from traceadvisor.console import analyze_or_fail, report_destination, to_terminal, write_report
+    from traceadvisor.console import analyze_or_fail, report_destination, report_width, to_terminal, write_report
     from traceadvisor.pipeline import configure
     from traceadvisor.report import render
 
@@ -221,7 +223,7 @@ def analyze(
             known = ", ".join(str(t.rank) for t in report.traces if t.rank is not None) or "none"
             raise fail(f"--rank {rank}: no trace of that rank (ranks: {known})")
         report = focus(report, rank)
-    write_report(render(report, fmt, color=to_terminal(output)), output)
+    write_report(render(report, fmt, color=to_terminal(output), width=report_width(output)), output)
     global _report_written
     _report_written = True
     worst = report.worst_severity()

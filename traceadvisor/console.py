@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,6 +157,21 @@ def write_report(data: bytes, output: Path | None) -> None:
 def to_terminal(output: Path | None) -> bool:
     """Whether the report goes to a terminal (the text report is then coloured)."""
     return output is None and sys.stdout is not None and sys.stdout.isatty()
+
+
+# Columns of a text report written to a file or a pipe (COLUMNS overrides it, as it does a terminal's).
+DEFAULT_COLUMNS = 120
+
+
+def report_width(output: Path | None) -> int:
+    """Columns of the text report: the terminal's when it goes to one, else ``COLUMNS`` when set,
+    else ``DEFAULT_COLUMNS`` (at least 40)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return max(40, int(env))
+    if to_terminal(output):
+        return max(40, shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns)
+    return DEFAULT_COLUMNS
 
 
 def stdout_to_devnull() -> None:

@@ -293,7 +293,7 @@ def _analyze(
     library calls, warnings, errors and output), with the configuration found from ``start``, the
     folder capture was started in (the program may have changed its working folder). Returns the
     exit code: 0, or 2 after one error line."""
-    from traceadvisor.console import analyze_or_fail, report_destination, to_terminal, write_report
+    from traceadvisor.console import analyze_or_fail, report_destination, report_width, to_terminal, write_report
     from traceadvisor.pipeline import configure
     from traceadvisor.report import render
 
@@ -308,7 +308,8 @@ def _analyze(
             except UsageError as exc:
                 raise fail(str(exc)) from None
             report = analyze_or_fail(paths, cfg, MAX_ANALYSIS_BYTES)
-            write_report(render(report, fmt, color=to_terminal(destination)), destination)
+            width = report_width(destination)
+            write_report(render(report, fmt, color=to_terminal(destination), width=width), destination)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     return 0

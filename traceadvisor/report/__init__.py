@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 FORMATS = ("text", "json", "markdown")
 
 
-def render(report: Report, fmt: str, *, color: bool = False) -> bytes:
+def render(report: Report, fmt: str, *, color: bool = False, width: int = 120) -> bytes:
     """``report`` as ``fmt`` (``text``, ``json`` or ``markdown``), UTF-8; ``color`` adds ANSI styles
-    to the text report (for a terminal). Raises ``ValueError`` for another format."""
+    to the text report (for a terminal), ``width`` its columns (plain text: no line is longer).
+    Raises ``ValueError`` for another format."""
     if fmt == "json":
         from traceadvisor.report import render_json
 
@@ -30,5 +31,5 @@ def render(report: Report, fmt: str, *, color: bool = False) -> bytes:
     if fmt == "text":
         from traceadvisor.report import render_text
 
-        return render_text.render(report, color=color).encode()
+        return render_text.render(report, width=width, color=color).encode()
     raise ValueError(f"unknown report format {fmt!r}: use {', '.join(FORMATS)}")

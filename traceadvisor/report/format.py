@@ -9,7 +9,9 @@ and say what the rows in between hold in one line. The JSON report keeps every r
 
 from __future__ import annotations
 
+import re
 import statistics
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -158,3 +160,46 @@ def skipped_by_reason(skipped: Sequence[Skipped]) -> list[tuple[str, list[str]]]
         if s.rule not in rules:
             rules.append(s.rule)
     return list(by.items())
+
+
+_FINDING_HEAD = re.compile(r"^\d+\. \[")
+# A continuation line of a folded finding or list line is indented past the item's own indentation.
+CONTINUATION = 3
+
+
+def fit(text: str, width: int) -> str:
+    """Plain text folded to ``width`` columns: a longer line breaks at spaces (a word longer than the
+    room, a path or URL, breaks where it must) and continues indented ``CONTINUATION`` past its own
+    indentation (past the number of a finding line), so no continuation can start at column 0."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        indent = " " * min(lead + CONTINUATION, width // 2)
+        out.extend(
+            textwrap.wrap(
+                line,
+                width=width,
+                subsequent_indent=indent,
+                break_long_words=True,
+                break_on_hyphens=False,
+                replace_whitespace=False,
+                drop_whitespace=True,
+            )
+            or [line[:width]]
+        )
+    return "\n".join(out)
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut in the middle (``sm80_xmma_ge…_tn_n_ts64``): a
+    kernel's or op's name keeps its start (the family) and its end (the variant)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    head = (width - 1) - (width - 1) // 2
+    tail = (width - 1) // 2
+    return text[:head] + "…" + (text[-tail:] if tail else "")

@@ -21,7 +21,9 @@ from traceadvisor.report.format import (
     above_roof,
     elide,
     figures_by_source,
+    fit,
     hidden_steps_line,
+    middle,
     more_warnings_line,
     num,
     rank_cells,
@@ -46,6 +48,33 @@ from traceadvisor.report.safe_text import TEXT_LIMIT, terminal
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
+def _table(
+    console: Console,
+    headers: list[str],
+    rows: list[list[str]],
+    *,
+    flex: tuple[int, ...] = (0,),
+    left: tuple[int, ...] = (0,),
+    max_flex: int = 80,
+) -> None:
+    """Print a table that fits the console: every column but the ``flex`` ones (the names) at its
+    natural width, the names given what is left and shortened in the middle (``middle``) so that
+    their start and end stay readable; numbers are never cut."""
+    n = len(headers)
+    natural = [max([len(headers[i]), *(len(r[i]) for r in rows)]) for i in range(n)]
+    gaps = 2 * (n - 1)  # one space of padding on each side between columns (pad_edge off)
+    fixed = sum(w for i, w in enumerate(natural) if i not in flex)
+    room = max(8 * len(flex), console.width - fixed - gaps)
+    share = room // max(1, len(flex))
+    widths = [min(natural[i], max_flex, share) if i in flex else natural[i] for i in range(n)]
+    tab = Table(box=None, pad_edge=False, show_edge=False)
+    for i, h in enumerate(headers):
+        tab.add_column(middle(h, widths[i]), justify="left" if i in left else "right", no_wrap=True, width=widths[i])
+    for r in rows:
+        tab.add_row(*(middle(c, widths[i]) if i in flex else c for i, c in enumerate(r)))
+    console.print(tab)
+
+
 def _name(value: object) -> str:
     """A name from the trace, safe and short (``NAME_LIMIT``)."""
     return terminal(value)
@@ -63,7 +92,8 @@ def render(report: Report, width: int = 120, color: bool = False) -> str:
     # emoji off: rich would turn a ":cat:" inside a C++ name into a cat; soft wrap: a line of the
     # report is one line of output (a terminal wraps it for the eye), so no name from the trace can
     # be padded to start a line of its own that reads like a finding ("1. [high] ..."). ``width``
-    # lays out the tables.
+    # lays out the tables; plain text is then folded to it (``format.fit``: continuation lines are
+    # indented, so they cannot read as a finding either); a terminal in colour folds for itself.
     console = Console(
         file=buf,
         width=width,
@@ -80,19 +110,14 @@ def render(report: Report, width: int = 120, color: bool = False) -> str:
     if report.ranks is not None:
         _ranks(console, report.ranks)
     _findings(console, report)
-    return buf.getvalue()
+    return buf.getvalue() if color else fit(buf.getvalue(), width)
 
 
 def _ranks(console: Console, r: RanksSummary) -> None:
     """The rank comparison table (means per step), the straggler marked."""
     console.print(Text("ranks", style="bold"))
     console.print(f"  {_text(ranks_head(r))}")
-    table = Table(box=None, pad_edge=False)
-    for c in RANK_COLUMNS:
-        table.add_column(c, justify="left" if c in ("rank", "host") else "right")
-    for row in r.rows:
-        table.add_row(*(_text(c) for c in rank_cells(row)))
-    console.print(table)
+    _table(console, list(RANK_COLUMNS), [[_text(c) for c in rank_cells(row)] for row in r.rows], flex=(1,), left=(0, 1))
     for p in r.problems:
         console.print(f"  warning: {_text(p)}")
     console.print()
@@ -134,14 +159,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
         parts = ", ".join(f"{_name(b.cause)} {_ms(b.idle_us)} ({b.share_pct:.0f}%)" for b in t.idle_breakdown)
         console.print(f"  GPU idle by cause: {parts}")
     if t.top_kernels:
-        tab = Table(box=None, pad_edge=False, show_edge=False)
-        tab.add_column("top kernels", overflow="ellipsis", no_wrap=True, max_width=80)
-        tab.add_column("calls", justify="right")
-        tab.add_column("time", justify="right")
-        tab.add_column("share", justify="right")
-        for k in t.top_kernels:
-            tab.add_row(_name(k.name), str(k.count), _ms(k.total_us), f"{k.share_pct:.1f}%")
-        console.print(tab)
+        rows = [[_name(k.name), str(k.count), _ms(k.total_us), f"{k.share_pct:.1f}%"] for k in t.top_kernels]
+        _table(console, ["top kernels", "calls", "time", "share"], rows)
     if t.annotations is not None:
         _annotations(console, t.annotations)
     _roofline(console, t.roofline)
@@ -151,17 +170,11 @@ def _trace(console: Console, t: TraceSummary) -> None:
 def _steps(console: Console, steps: tuple[StepSummary, ...]) -> None:
     """The steps table: every step, or the first and last with the spread of those between."""
     first, hidden, last = elide(steps)
-    tab = Table(title=None, box=None, pad_edge=False, show_edge=False)
-    tab.add_column("step", overflow="ellipsis", no_wrap=True, max_width=80)
-    for col in ("CPU time", "GPU time", "GPU busy"):
-        tab.add_column(col, justify="right")
-    for s in first:
-        tab.add_row(_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%")
+    rows = [[_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%"] for s in first]
     if hidden:
-        tab.add_row(f"… {len(hidden):,} more", "", "", "")
-    for s in last:
-        tab.add_row(_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%")
-    console.print(tab)
+        rows.append([f"… {len(hidden):,} more", "", "", ""])
+    rows += [[_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%"] for s in last]
+    _table(console, ["step", "CPU time", "GPU time", "GPU busy"], rows)
     if hidden:
         console.print(f"  {hidden_steps_line(hidden)}")
 
@@ -169,25 +182,20 @@ def _steps(console: Console, steps: tuple[StepSummary, ...]) -> None:
 def _annotations(console: Console, a: AnnotationSummary) -> None:
     """Time per top-level user annotation, the rest of the steps' time, and the bottleneck."""
     kind = "GPU" if a.basis == "gpu" else "CPU"
-    tab = Table(box=None, pad_edge=False, show_edge=False)
-    tab.add_column("annotation", overflow="ellipsis", no_wrap=True, max_width=80)
-    tab.add_column(f"{kind} time", justify="right")
-    tab.add_column("share", justify="right")
-    tab.add_column("calls", justify="right")
     first, hidden, last = elide(a.rows)
-    for r in first:
-        tab.add_row(_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls))
+    rows = [[_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls)] for r in first]
     if hidden:
-        tab.add_row(
-            f"… {len(hidden):,} more annotations",
-            _ms(sum(r.time_us for r in hidden)),
-            f"{sum(r.share_pct for r in hidden):.1f}%",
-            str(sum(r.calls for r in hidden)),
+        rows.append(
+            [
+                f"… {len(hidden):,} more annotations",
+                _ms(sum(r.time_us for r in hidden)),
+                f"{sum(r.share_pct for r in hidden):.1f}%",
+                str(sum(r.calls for r in hidden)),
+            ]
         )
-    for r in last:
-        tab.add_row(_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls))
-    tab.add_row("(outside annotations)", _ms(a.unannotated_us), f"{a.unannotated_pct:.1f}%", "")
-    console.print(tab)
+    rows += [[_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls)] for r in last]
+    rows.append(["(outside annotations)", _ms(a.unannotated_us), f"{a.unannotated_pct:.1f}%", ""])
+    _table(console, ["annotation", f"{kind} time", "share", "calls"], rows)
     if a.basis != "gpu":
         console.print("  (CPU time: the trace has no GPU activity)")
     if a.bottleneck is not None:
@@ -231,13 +239,8 @@ def _roofline(console: Console, r: RooflineSummary) -> None:
     console.print(f"  roofline covers {r.modelled_pct:.1f}% of kernel time: {bounds or 'no modelled kernels'}")
     if not r.top_kernels:
         return
-    tab = Table(box=None, pad_edge=False, show_edge=False)
-    tab.add_column("roofline kernel", overflow="ellipsis", no_wrap=True, max_width=34)
-    tab.add_column("op", overflow="ellipsis", no_wrap=True, max_width=22)
-    for col in ("dtype", "time", "FLOP/B", "TFLOP/s", "GB/s", "roof", "bound"):
-        tab.add_column(col, justify="left" if col in ("dtype", "bound") else "right", no_wrap=True)
-    for k in r.top_kernels:
-        tab.add_row(
+    rows = [
+        [
             _name(k.name),
             _name(k.op),
             _name(k.dtype),
@@ -247,8 +250,11 @@ def _roofline(console: Console, r: RooflineSummary) -> None:
             num(k.achieved_gbs, ".0f"),
             num(k.roof_pct, ".0f", "%"),
             _name(k.bound),
-        )
-    console.print(tab)
+        ]
+        for k in r.top_kernels
+    ]
+    headers = ["roofline kernel", "op", "dtype", "time", "FLOP/B", "TFLOP/s", "GB/s", "roof", "bound"]
+    _table(console, headers, rows, flex=(0, 1), left=(0, 1, 2, 8), max_flex=34)
     if above_roof(r.top_kernels):
         console.print(f"  {ABOVE_ROOF_NOTE}")
 
