@@ -37,6 +37,8 @@ CLAIMED_BEFORE = {
     "launch_latency": None,
     "cpu_op": "idle-gap",
     "unknown": "idle-gap",
+    # added with issue 13: the host waiting for a collective (a gloo:/nccl: span)
+    "communication": "exposed-communication",
 }
 
 
