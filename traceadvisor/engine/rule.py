@@ -189,14 +189,10 @@ class Rule(Generic[O]):
             window = trace.analysed_ns
             share = 100.0 * impact_ns / window if window > 0 else 0.0
             impact = Impact(time_us=float(impact_ns) / 1000.0, share_pct=share, basis=basis)
-        if severity is None:
-            severity = self.thresholds.severity(impact.share_pct) if impact else type(self).severity
-        if self.severity_override is not None:
-            severity = self.severity_override
         return Finding(
             code=self.code,
             rule=self.name,
-            severity=severity,
+            severity=self._severity(impact, severity),
             message=message,
             recommendation=recommendation,
             impact=impact,
@@ -205,6 +201,15 @@ class Rule(Generic[O]):
             trace=trace.path,
             data=dict(data or {}),
         )
+
+    def _severity(self, impact: Impact | None, given: Severity | None) -> Severity:
+        """The severity a finding gets: the configured override, else the one given, else from
+        the impact's share (``thresholds``), else the rule's default."""
+        if self.severity_override is not None:
+            return self.severity_override
+        if given is not None:
+            return given
+        return self.thresholds.severity(impact.share_pct) if impact else type(self).severity
 
 
 AnyRule = Rule[Any]  # a rule of any options type (what the engine handles)
@@ -297,14 +302,10 @@ class RankRule(Rule[O]):
                 saving_per_step_us=saving_per_step_ns / 1000.0,
                 scenario=scenario,
             )
-        if severity is None:
-            severity = self.thresholds.severity(impact.share_pct) if impact else type(self).severity
-        if self.severity_override is not None:
-            severity = self.severity_override
         return Finding(
             code=self.code,
             rule=self.name,
-            severity=severity,
+            severity=self._severity(impact, severity),
             message=message,
             recommendation=recommendation,
             impact=impact,
