@@ -130,7 +130,7 @@ def test_discovered_config_applies_but_its_rules_dir_does_not_run(tree: Repo) ->
     }
     assert stderr.count("\n") == 1 and stderr.startswith(f"traceadvisor: warning: {cfg}: rules-dir not loaded")
     assert "--trust-config" in stderr and "TRACEADVISOR_TRUST_CONFIG=1" in stderr and "--config" in stderr
-    text = _cli("analyze", str(TRACE), cwd=tree.sub).stdout
+    text = _cli("analyze", str(TRACE), cwd=tree.sub, env=_env(COLUMNS="400")).stdout  # the tmp path is long
     assert text.splitlines()[0] == f"config: {cfg} (discovered; rules-dir not loaded: not trusted)"
     md = _cli("analyze", str(TRACE), "-f", "markdown", cwd=tree.sub).stdout
     assert f"config: `{cfg}` (discovered; rules-dir not loaded: not trusted)" in md
