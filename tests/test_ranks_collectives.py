@@ -59,7 +59,7 @@ def test_columns_are_the_summary_contract() -> None:
     section = SUMMARY_DOC.split("``collectives``")[1].split("``steps``")[0]
     named = re.findall(r"``(\w+)``", section)
     listed = [c for c in named if c in COLUMNS or c.endswith("_ns") or c in ("op", "ordinal", "step")]
-    assert set(listed) == set(COLUMNS)
+    assert set(listed) - {"profiler_ns"} == set(COLUMNS)  # build.py adds profiler_ns to the summary's table
     table = rank_collectives(load_file(NCCL_DATA))
     assert tuple(table.columns) == COLUMNS
     assert table["start_ns"].dtype == np.int64 and table["end_ns"].dtype == np.int64

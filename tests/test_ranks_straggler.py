@@ -6,6 +6,7 @@ scale-out path gives the same report."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -108,6 +109,7 @@ def test_cli_rank_focus_and_rank_table(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             cwd=tmp_path,
+            env={**os.environ, "COLUMNS": "200"},
         )
 
     text = cli()

@@ -262,7 +262,7 @@ def test_skipped_rules_are_one_line_per_reason() -> None:
     reasons = {s.reason for s in report.skipped}
     assert len(report.skipped) > len(reasons) >= 1
     for fmt, prefix in (("text", "skipped "), ("markdown", "- ")):
-        text = render(report, fmt).decode()
+        text = render(report, fmt, width=10_000).decode()
         if fmt == "markdown":
             text = text.split("## Skipped rules", 1)[1].split("\n## ", 1)[0]
         lines = [line for line in text.splitlines() if line.startswith(prefix)]

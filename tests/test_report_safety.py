@@ -16,6 +16,7 @@ import gzip
 import html
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    # wide: these tests read whole lines (tests/test_text_width.py checks the folding at 80 and 200)
     return subprocess.run(
         [sys.executable, "-m", "traceadvisor", *args],
         capture_output=True,
@@ -96,6 +98,7 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
         timeout=300,
         cwd=cwd,
         errors="surrogateescape",
+        env={**os.environ, "COLUMNS": "10000"},
     )
 
 
