@@ -8,6 +8,7 @@ control characters, names shortened. Long tables print their first and last rows
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 from rich.table import Table
@@ -44,6 +45,15 @@ from traceadvisor.report.model import (
     TraceSummary,
 )
 from traceadvisor.report.safe_text import TEXT_LIMIT, terminal
+
+_MS = re.compile(r"^(\d+\.\d+) ms$")
+
+
+def _tenth(cell: str) -> str:
+    """``83.951 ms`` as ``84.0 ms``: a figure of a table that must narrow (other cells unchanged)."""
+    m = _MS.match(cell)
+    return f"{float(m.group(1)):.1f} ms" if m else cell
+
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -117,7 +127,16 @@ def _ranks(console: Console, r: RanksSummary) -> None:
     """The rank comparison table (means per step), the straggler marked."""
     console.print(Text("ranks", style="bold"))
     console.print(f"  {_text(ranks_head(r))}")
-    _table(console, list(RANK_COLUMNS), [[_text(c) for c in rank_cells(row)] for row in r.rows], flex=(1,), left=(0, 1))
+    rows = [[_text(c) for c in rank_cells(row)] for row in r.rows]
+    headers = list(RANK_COLUMNS)
+    natural = sum(max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)) + 2 * len(headers)
+    narrow = natural > console.width
+    if narrow:  # an 80-column terminal: the straggler marked "*", shorter headers, 0.1 ms figures
+        rows = [[row[0].replace(" (straggler)", "*"), row[1], *(_tenth(c) for c in row[2:])] for row in rows]
+        headers = [h.replace("exposed ", "exp. ") for h in headers]
+    _table(console, headers, rows, flex=(1,), left=(0, 1))
+    if narrow and r.straggler is not None:
+        console.print("  * the straggler")
     for p in r.problems:
         console.print(f"  warning: {_text(p)}")
     console.print()
