@@ -67,7 +67,17 @@ def test_from_dict_inverts_to_dict(report: Report) -> None:
 
 def test_the_json_report_keeps_its_shape(report: Report) -> None:
     doc = json.loads(render(report, "json"))
-    assert list(doc) == ["schema_version", "tool", "traces", "findings", "skipped", "errors", "config", "ranks"]
+    assert list(doc) == [
+        "schema_version",
+        "tool",
+        "traces",
+        "findings",
+        "skipped",
+        "errors",
+        "config",
+        "ranks",
+        "verdict",
+    ]
     assert doc["schema_version"] == 1 and doc["tool"]["name"] == "traceadvisor"
     assert list(doc["traces"][0])[:4] == ["path", "rank", "platform", "device"]
     assert all(f["severity"] in ("low", "medium", "high") for f in doc["findings"])
@@ -269,3 +279,25 @@ def test_skipped_rules_are_one_line_per_reason() -> None:
         assert len(lines) == len(reasons), lines
         for s in report.skipped:
             assert sum(s.rule in line for line in lines) >= 1
+
+
+@pytest.mark.parametrize("name", ["planted_sync_in_loop.json.gz", "p12_storm_before_stack.json.gz"])
+def test_the_verdict_is_the_step_and_the_top_fixes_by_saving(name: str) -> None:
+    from fixture_paths import FIXTURE_TRACES
+
+    report = analyze([FIXTURE_TRACES / name])
+    v = report.verdict
+    assert v is not None and report.traces[0].step_time is not None
+    assert v.step_us == report.traces[0].step_time.unprofiled_step_us and v.basis == "predicted without the profiler"
+    savings = sorted(
+        (
+            (f.impact.saving_per_step_us, f.code)
+            for f in report.findings
+            if f.impact and (f.impact.saving_per_step_us or 0) > 0
+        ),
+        reverse=True,
+    )[:3]
+    assert [(f.saving_per_step_us, f.code) for f in v.fixes] == savings
+    assert all(f.step_after_us == pytest.approx(v.step_us - f.saving_per_step_us) for f in v.fixes)
+    text = render(report, "text", width=10_000).decode().splitlines()
+    assert text[0].startswith(f"verdict: step {v.step_us / 1000:.3f} ms")

@@ -59,7 +59,16 @@ def analyze_traces(
 
         rank_summaries = [summary_of(t, TraceKey(t.path, 0, 0), {}) for t in traces]
         return with_ranks(report, rank_summaries, [t.path for t in traces], rules, config, cancel)
-    return report
+    return _with_verdict(report)
+
+
+def _with_verdict(report: Report) -> Report:
+    """``report`` with its verdict: the step and the top fixes (``summary/verdict.py``)."""
+    from dataclasses import replace
+
+    from traceadvisor.summary.verdict import verdict_of
+
+    return replace(report, verdict=verdict_of(report.traces, report.findings))
 
 
 def with_ranks(
@@ -86,13 +95,15 @@ def with_ranks(
     findings.sort(key=lambda f: (-(f.impact.time_us if f.impact else 0.0), -f.severity.rank, f.code))
     traces = tuple(replace(t, rank=rank_of.get(t.path, t.rank)) for t in report.traces)
     skipped = tuple({(s.rule, s.reason): s for s in report.skipped}.values())
-    return replace(
-        report,
-        traces=traces,
-        findings=tuple(findings),
-        skipped=skipped,
-        errors=report.errors + tuple(cross.errors),
-        ranks=ranks_section(rank_run),
+    return _with_verdict(
+        replace(
+            report,
+            traces=traces,
+            findings=tuple(findings),
+            skipped=skipped,
+            errors=report.errors + tuple(cross.errors),
+            ranks=ranks_section(rank_run),
+        )
     )
 
 

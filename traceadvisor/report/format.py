@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, Skipped, StepSummary, StepTime
+from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, Skipped, StepSummary, StepTime, Verdict
 
 T = TypeVar("T")
 
@@ -203,3 +203,18 @@ def middle(text: str, width: int) -> str:
     head = (width - 1) - (width - 1) // 2
     tail = (width - 1) // 2
     return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def verdict_lines(v: Verdict) -> list[str]:
+    """The verdict as lines: the step, then each top fix with the step it predicts after it."""
+    head = f"step {ms(v.step_us)} ({v.basis})"
+    if not v.fixes:
+        return [f"{head}; no finding predicts a saving"]
+    out = [f"{head}; do first:"]
+    for i, f in enumerate(v.fixes, 1):
+        who = f" [{rank_label(f.ranks)}]" if f.ranks else ""
+        share = 100.0 * f.saving_per_step_us / v.step_us if v.step_us > 0 else 0.0
+        out.append(
+            f"{i}) {f.rule} ({f.code}){who}: −{ms(f.saving_per_step_us)} a step ({share:.0f}%) → {ms(f.step_after_us)}"
+        )
+    return out

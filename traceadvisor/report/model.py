@@ -625,6 +625,60 @@ class ConfigInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class VerdictFix:
+    """One of the verdict's top fixes: the finding's rule, its saving per step, the step after it."""
+
+    rule: str
+    code: str
+    ranks: tuple[int, ...]
+    saving_per_step_us: float
+    step_after_us: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "code": self.code,
+            "ranks": list(self.ranks),
+            "saving_per_step_us": self.saving_per_step_us,
+            "step_after_us": self.step_after_us,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> VerdictFix:
+        return cls(
+            rule=str(d["rule"]),
+            code=str(d["code"]),
+            ranks=tuple(int(r) for r in d.get("ranks") or ()),
+            saving_per_step_us=float(d["saving_per_step_us"]),
+            step_after_us=float(d["step_after_us"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``verdict``: what to do first. The step (predicted without the profiler where the trace can
+    be replayed, else as profiled: ``basis``; with several ranks the slowest rank's), and the top
+    fixes by saving per step, each with the step it predicts after it alone."""
+
+    step_us: float
+    basis: str  # "predicted without the profiler" | "profiled"
+    fixes: tuple[VerdictFix, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_us": self.step_us, "basis": self.basis, "fixes": [f.to_dict() for f in self.fixes]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Verdict | None:
+        if d is None:
+            return None
+        return cls(
+            step_us=float(d["step_us"]),
+            basis=str(d["basis"]),
+            fixes=tuple(VerdictFix.from_dict(f) for f in d.get("fixes") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RankRow:
     """One row of the rank comparison table: means per step over the rank's steps, µs."""
 
@@ -699,6 +753,8 @@ class Report:
     config: ConfigInfo | None = None
     # several ranks of one run: the cross-rank section (None for a single trace)
     ranks: RanksSummary | None = None
+    # what to do first (None without steps)
+    verdict: Verdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -710,6 +766,7 @@ class Report:
             "errors": _dicts(self.errors),
             "config": self.config.to_dict() if self.config is not None else None,
             "ranks": self.ranks.to_dict() if self.ranks is not None else None,
+            "verdict": self.verdict.to_dict() if self.verdict is not None else None,
         }
 
     @classmethod
@@ -722,6 +779,7 @@ class Report:
             errors=tuple(RuleError.from_dict(e) for e in d.get("errors") or ()),
             config=ConfigInfo.from_dict(config) if config is not None else None,
             ranks=RanksSummary.from_dict(d.get("ranks")),
+            verdict=Verdict.from_dict(d.get("verdict")),
         )
 
     def worst_severity(self) -> Severity | None:

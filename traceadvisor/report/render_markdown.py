@@ -25,6 +25,7 @@ from traceadvisor.report.format import (
     replay_line,
     skipped_by_reason,
     step_time_line,
+    verdict_lines,
 )
 from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
@@ -50,6 +51,10 @@ def render(report: Report) -> str:
     note = report.config.note() if report.config is not None else None
     if note is not None:
         out += [f"config: {markdown_code(note[0], TEXT_LIMIT, in_table=False)} ({_text(note[1])})", ""]
+    if report.verdict is not None:
+        lines = verdict_lines(report.verdict)
+        fixes = [f"{k}. {_text(line.split(') ', 1)[1])}" for k, line in enumerate(lines[1:], 1)]
+        out += ["## Verdict", "", _text(lines[0]), "", *fixes, ""]
     for t in report.traces:
         out += _trace(t)
     if report.ranks is not None:

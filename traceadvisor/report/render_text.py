@@ -33,6 +33,7 @@ from traceadvisor.report.format import (
     replay_line,
     skipped_by_reason,
     step_time_line,
+    verdict_lines,
 )
 from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
@@ -115,6 +116,12 @@ def render(report: Report, width: int = 120, color: bool = False) -> str:
         soft_wrap=True,
     )
     _config(console, report.config)
+    if report.verdict is not None:
+        lines = verdict_lines(report.verdict)
+        console.print(Text("verdict: ", style="bold") + Text(lines[0]))
+        for line in lines[1:]:
+            console.print(f"  {_text(line)}")
+        console.print()
     for t in report.traces:
         _trace(console, t)
     if report.ranks is not None:
