@@ -53,7 +53,7 @@ def render(report: Report) -> str:
         out += [f"config: {markdown_code(note[0], TEXT_LIMIT, in_table=False)} ({_text(note[1])})", ""]
     if report.verdict is not None:
         lines = verdict_lines(report.verdict)
-        fixes = [f"{k}. {_text(line.split(') ', 1)[1])}" for k, line in enumerate(lines[1:], 1)]
+        fixes = [f"- {_text(line)}" for line in lines[1:]]  # "- 1) rule ...": a bullet list (no <ol> from a report)
         out += ["## Verdict", "", _text(lines[0]), "", *fixes, ""]
     for t in report.traces:
         out += _trace(t)
