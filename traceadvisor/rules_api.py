@@ -77,7 +77,6 @@ from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.fusion import fusible_kernels, fusion_chains
 from traceadvisor.whatif.precision import layout_transposes, matrix_kernels
-from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
 
@@ -133,7 +132,6 @@ __all__ = [
     "layout_transposes",
     "location_of",
     "matrix_kernels",
-    "measured_unprofiled_ns",
     "names_at",
     "op_location",
     "op_work",
