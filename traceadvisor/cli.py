@@ -38,6 +38,41 @@ TOOL_COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# Each command's help ends with these invocations (its epilog, kept here so that every command,
+# tool commands included, has one; a test checks it). typer keeps the line breaks of an epilog and
+# reads it as rich markup, so no square brackets; lines fit an 80-column terminal.
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "analyze": (
+        "traceadvisor analyze trace.json.gz",
+        "traceadvisor analyze runs/ --format markdown -o report.md",
+        "traceadvisor analyze trace.json.gz --select SY --fail-on medium",
+    ),
+    "rules": ("traceadvisor rules", "traceadvisor rules --format json --rules-dir my_rules/"),
+    "explain": ("traceadvisor explain sync-point", "traceadvisor explain GK102"),
+    "capture": (
+        "traceadvisor capture train.py --epochs 1",
+        "traceadvisor capture --active 3 --repeat 2 -m my_pkg.train",
+        "traceadvisor capture -f json -o report.json --workload mlp-train",
+    ),
+    "workloads": ("traceadvisor workloads", "traceadvisor workloads attention-naive"),
+    "calibrate": ("traceadvisor calibrate", "traceadvisor calibrate --quick --device 1"),
+    "whatif": (
+        "traceadvisor whatif trace.json.gz --apply cuda-graphs",
+        "traceadvisor whatif trace.json.gz --apply tf32,no-sync -f json",
+    ),
+    "diff": (
+        "traceadvisor diff before.json.gz after.json.gz",
+        "traceadvisor diff runs/before/ runs/after/ --fail-on-regression 5",
+    ),
+    "open": ("traceadvisor open trace.json.gz", "traceadvisor open trace.json.gz --at 1 --print"),
+}
+
+
+def examples_epilog(name: str) -> str:
+    """The ``Examples:`` block that ends command ``name``'s help."""
+    return "\n".join(["Examples:", *(f"  {line}" for line in EXAMPLES[name])])
+
+
 class _Commands(TyperGroup):
     """The command group: the ``TOOL_COMMANDS`` are built on first use, listed after the others."""
 
@@ -70,7 +105,8 @@ def _tool_command(name: str) -> Command:
     """The click command of a ``TOOL_COMMANDS`` entry, built as ``app.command(name, **settings)`` would."""
     module_name, function, settings = TOOL_COMMANDS[name]
     module = import_module(module_name)
-    options: dict[str, Any] = getattr(module, settings) if settings else {}
+    options: dict[str, Any] = dict(getattr(module, settings)) if settings else {}
+    options.setdefault("epilog", examples_epilog(name))
     scratch = typer.Typer()
     scratch.command(name, **options)(getattr(module, function))
     return typer.main.get_command_from_info(
@@ -116,7 +152,7 @@ def _root(
     """Read PyTorch profiler traces and say what slows the GPU workload down."""
 
 
-@app.command()
+@app.command(epilog=examples_epilog("analyze"))
 def analyze(
     traces: Annotated[
         list[Path], typer.Argument(help="Trace files (.json, .json.gz) or directories (one rank per file).")
@@ -264,7 +300,7 @@ TrustOption = Annotated[
 ]
 
 
-@app.command("rules")
+@app.command("rules", epilog=examples_epilog("rules"))
 def list_rules(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or markdown.")] = "table",
     rules_dir: RulesDirOption = None,
@@ -281,7 +317,7 @@ def list_rules(
     sys.stdout.write(render_rules.render([s.cls for s in sources], fmt))
 
 
-@app.command()
+@app.command(epilog=examples_epilog("explain"))
 def explain(
     rule: Annotated[str, typer.Argument(help="Rule code or name.")],
     rules_dir: RulesDirOption = None,
