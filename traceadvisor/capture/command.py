@@ -223,6 +223,10 @@ def _run(
             raise fail(str(exc)) from None
         except BaseException as exc:  # the program's own code failed while being imported
             return outcome_of(exc).code
+        if _asks_workload_help(target):
+            # ``capture --workload NAME --help``: the workload's own help (its usage names capture), and
+            # its exit status; nothing is profiled and no run folder is made for it.
+            return program.run().code
         try:
             runinfo.prepare_run_dir(folder, rank, overwrite)
             record.write()
@@ -260,6 +264,18 @@ def _run(
         error("no trace was captured (see the warnings above)")
         return EXIT_BAD_INPUT
     return analysis_code
+
+
+def _asks_workload_help(target: Any) -> bool:
+    """Whether ``target`` is a reference workload asked for its help (``-h``/``--help`` among its
+    arguments, before a ``--`` that would make the rest its data)."""
+    from traceadvisor.capture.target import TargetKind
+
+    if target.kind is not TargetKind.workload:
+        return False
+    args = list(target.args)
+    args = args[: args.index("--")] if "--" in args else args
+    return any(a in ("-h", "--help") for a in args)
 
 
 def _world_size() -> int:
