@@ -258,3 +258,38 @@ def test_python_m_traceadvisor_diff() -> None:
     assert run.returncode == 1, run.stderr
     assert "regression" in run.stderr
     assert "new: MC101" in run.stdout
+
+
+def test_html_is_self_contained_and_names_the_resolved_finding(tmp_path: Path) -> None:
+    before, after = _pair("pinned")
+    out = tmp_path / "d.html"
+    r = _invoke(before, after, "-f", "html", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    # offline: nothing fetched (no script, stylesheet link, import or remote url)
+    assert not re.search(r"<script|<link|@import|url\(", page)
+    row = re.search(r"<tr class='finding-change' data-status='resolved' data-code='MC101'>", page)
+    assert row is not None
+    d = _diff(before, after)
+    # the headline is the gate's change, as the text report words it
+    from traceadvisor.diff.render import _signed
+
+    assert _signed(d.gate.delta_ns) in page.split('id="headline"')[1].split("</p>")[0]
+    # the breakdown chart: one pair of bars per category plus the unexplained remainder
+    assert d.breakdown is not None
+    chart = page.split('id="breakdown-chart"')[1].split("</svg>")[0]
+    assert chart.count("<rect") == 2 + 2 * (len(d.breakdown.categories) + 1)
+
+
+def test_html_escapes_trace_names() -> None:
+    from dataclasses import replace
+
+    from traceadvisor.diff.render_html import render_html
+
+    d = _diff(*_pair("sync"))
+    evil = "<script>alert(1)</script>&"
+    row = replace(d.kernels.rows[0], name=evil, bucket="added")
+    page = render_html(replace(d, kernels=replace(d.kernels, rows=(row,))))
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&amp;" in page

@@ -17,6 +17,7 @@ class Format(StrEnum):
     text = "text"
     markdown = "markdown"
     json = "json"
+    html = "html"
 
 
 def diff(
@@ -42,6 +43,7 @@ def diff(
     """
     from traceadvisor.diff import diff_runs, load_run
     from traceadvisor.diff.render import render_json, render_markdown, render_text
+    from traceadvisor.diff.render_html import render_html
     from traceadvisor.errors import TraceError, UsageError
 
     destination = report_destination(output, [before, after])
@@ -52,7 +54,12 @@ def diff(
         raise fail(str(exc)) from None
     except MemoryError:
         raise fail("out of memory while reading the traces; try smaller traces or more memory") from None
-    render = {Format.text: render_text, Format.markdown: render_markdown, Format.json: render_json}[fmt]
+    render = {
+        Format.text: render_text,
+        Format.markdown: render_markdown,
+        Format.json: render_json,
+        Format.html: render_html,
+    }[fmt]
     write_report(render(result).encode(), destination)
     if fail_on_regression is not None and result.regressed(fail_on_regression):
         g = result.gate
