@@ -51,6 +51,8 @@ from traceadvisor.rule_helpers import (
     event_location,
     evidence_of,
     fmt_ms,
+    fmt_ns,
+    fmt_time,
     fmt_us,
     idle_of,
     in_steps,
@@ -77,6 +79,7 @@ from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.fusion import fusible_kernels, fusion_chains
 from traceadvisor.whatif.precision import layout_transposes, matrix_kernels
+from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
 
@@ -121,6 +124,8 @@ __all__ = [
     "evidence_from",
     "evidence_of",
     "fmt_ms",
+    "fmt_ns",
+    "fmt_time",
     "fmt_us",
     "fusible_kernels",
     "fusion_chains",
@@ -132,6 +137,7 @@ __all__ = [
     "layout_transposes",
     "location_of",
     "matrix_kernels",
+    "measured_unprofiled_ns",
     "names_at",
     "op_location",
     "op_work",
