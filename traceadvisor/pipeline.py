@@ -19,6 +19,7 @@ from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 if TYPE_CHECKING:  # the rule engine (and pandas with it) is imported while the trace decodes
     from traceadvisor.engine.rule import AnyRule, Capability
     from traceadvisor.ranks.summary import RankSummary
+    from traceadvisor.report.finding import Finding
     from traceadvisor.trace.model import Trace
 
 
@@ -28,12 +29,14 @@ def analyze_traces(
     rules: list[AnyRule] | None = None,
     cancel: threading.Event | None = None,
     claimed_by: Mapping[str, str | None] | None = None,
+    timeline: bool = False,
 ) -> Report:
     """Summarise loaded traces and run the rules on them (``cancel``: as ``analyze``).
 
     ``rules``: the configured rules (default: discovered and selected by ``config``);
     ``claimed_by``: idle cause → the loaded rule that claims it (default: ``engine.claimed_by`` of
-    the rules ``config`` discovers, before selection, so that ``--select`` does not change it)."""
+    the rules ``config`` discovers, before selection, so that ``--select`` does not change it);
+    ``timeline``: attach each trace's timeline (the HTML report's, ``summary/timeline.py``)."""
     from traceadvisor.engine.runner import run
 
     config = config or Config()
@@ -46,6 +49,8 @@ def analyze_traces(
         raise_if_cancelled(cancel)
         summaries.append(summarize(t, claimed_by))
     result = run(rules, traces, capabilities=capabilities(traces), rule_timeout_s=config.rule_timeout, cancel=cancel)
+    if timeline:  # after the rules: the findings' windows decide which steps a sampled timeline keeps
+        summaries = [_with_timeline(s, t, result.findings) for s, t in zip(summaries, traces, strict=True)]
     report = Report(
         traces=tuple(summaries),
         findings=tuple(result.findings),
@@ -60,6 +65,21 @@ def analyze_traces(
         rank_summaries = [summary_of(t, TraceKey(t.path, 0, 0), {}) for t in traces]
         return with_ranks(report, rank_summaries, [t.path for t in traces], rules, config, cancel)
     return _with_verdict(report)
+
+
+def _with_timeline(summary: TraceSummary, trace: Trace, findings: Iterable[Finding]) -> TraceSummary:
+    """``summary`` with the trace's timeline, its sampling led by the windows of its findings."""
+    from dataclasses import replace
+
+    from traceadvisor.summary.timeline import timeline_of
+
+    focus = [
+        (round(e.ts_us * 1000), round((e.ts_us + max(e.dur_us, 0.0)) * 1000))
+        for f in findings
+        if f.trace == trace.path and f.evidence
+        for e in f.evidence[:1]
+    ]
+    return replace(summary, timeline=timeline_of(trace, focus))
 
 
 def _with_verdict(report: Report) -> Report:
@@ -221,13 +241,15 @@ def analyze(
     config: Config | None = None,
     max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     cancel: threading.Event | None = None,
+    timeline: bool = False,
 ) -> Report:
     """Load and analyse trace files (or directories of them).
 
     ``cancel``, set from another thread, stops the analysis with ``Cancelled``: checked after
     each trace loads, before each summary and each rule, and every 50 ms while a rule runs (the
     rule is interrupted as its time limit would). A single long C call (decoding one file, one
-    pandas operation) finishes first."""
+    pandas operation) finishes first. ``timeline``: each trace's timeline in its summary (for the
+    HTML report)."""
     config = config or Config()
     rules: list[AnyRule] = []
     claims: dict[str, str | None] = {}
@@ -249,7 +271,7 @@ def analyze(
         )
         for t in traces:  # [tool.traceadvisor] communication-kernels, before anything reads them
             t.communication_patterns = tuple(config.communication_kernels)
-        return analyze_traces(traces, config, rules, cancel, claims)
+        return analyze_traces(traces, config, rules, cancel, claims, timeline=timeline)
 
 
 @contextmanager
@@ -289,10 +311,16 @@ def _us_or_none(ns: float | None) -> float | None:
     return None if ns is None else ns / 1000.0
 
 
-def rank_summary(path: str, config: Config | None = None, max_bytes: int = DEFAULT_MAX_INFLATED_BYTES) -> RankSummary:
+def rank_summary(
+    path: str,
+    config: Config | None = None,
+    max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+    timeline: bool = False,
+) -> RankSummary:
     """The map step of a multi-rank analysis: load one rank's trace, analyse it alone (every
     single-rank rule) and reduce it to its summary (``ranks/build.py``). Top-level and picklable:
-    ``ranks/executor.py`` runs it in worker processes or on a Dask cluster."""
+    ``ranks/executor.py`` runs it in worker processes or on a Dask cluster. ``timeline``: the
+    rank's report carries its trace's timeline (the HTML report's lanes of that rank)."""
     from traceadvisor.ranks.build import summary_of
     from traceadvisor.ranks.summary_io import trace_key
     from traceadvisor.trace.load import load_file
@@ -301,7 +329,7 @@ def rank_summary(path: str, config: Config | None = None, max_bytes: int = DEFAU
     key = trace_key(Path(path))  # before reading: a file changed meanwhile gets rebuilt next time
     trace = load_file(Path(path), max_bytes=max_bytes, gpu=config.gpu)
     trace.communication_patterns = tuple(config.communication_kernels)
-    report = analyze_traces([trace], config)
+    report = analyze_traces([trace], config, timeline=timeline)
     return summary_of(trace, key, report.to_dict())
 
 
@@ -312,12 +340,15 @@ def analyze_scaled(
     executor: str | None = None,
     max_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
     cache: bool = True,
+    timeline: bool = False,
 ) -> Report:
     """``analyze`` through rank summaries (``--jobs``, ``--executor``): each trace reduced to its
     summary in a worker (a process pool, or a Dask cluster) and cached beside it, the summaries
     combined here. Nothing large crosses processes; a second run reuses the cached summaries of
     unchanged traces (only under the default configuration: a summary holds its rank's findings,
-    which the configuration's rule selection and options decide)."""
+    which the configuration's rule selection and options decide). ``timeline``: each rank's
+    timeline in its trace summary (for the HTML report); the cache is then neither read nor written
+    (a cached summary holds no timeline, and one with a timeline must not reach another report)."""
     from functools import partial
 
     from traceadvisor.errors import TraceError
@@ -328,8 +359,9 @@ def analyze_scaled(
     named = expand_named(paths)
     files = [str(p) for p, _ in named]
     default = not (config.select or config.ignore or config.rules_dirs or config.origin.path is not None)
-    build = partial(rank_summary, config=config, max_bytes=max_bytes)
-    got = map_summaries(files, build, jobs=jobs, executor=executor, use_cache=default and cache)
+    build = partial(rank_summary, config=config, max_bytes=max_bytes, timeline=timeline)
+    use_cache = default and cache and not timeline
+    got = map_summaries(files, build, jobs=jobs, executor=executor, use_cache=use_cache)
     in_folder = {str(p): f for p, f in named}
     skipped: list[TraceError] = []
     for e in got.errors:

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from traceadvisor.report.model import Report
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "html")
 
 
 def render(report: Report, fmt: str, *, color: bool = False, width: int = 120) -> bytes:
-    """``report`` as ``fmt`` (``text``, ``json`` or ``markdown``), UTF-8; ``color`` adds ANSI styles
-    to the text report (for a terminal), ``width`` its columns (plain text: no line is longer).
+    """``report`` as ``fmt`` (``text``, ``json``, ``markdown`` or ``html``, one self-contained page),
+    UTF-8; ``color`` adds ANSI styles to the text report (for a terminal), ``width`` its columns
+    (plain text: no line is longer).
     Raises ``ValueError`` for another format."""
     if fmt == "json":
         from traceadvisor.report import render_json
@@ -32,4 +33,8 @@ def render(report: Report, fmt: str, *, color: bool = False, width: int = 120) -
         from traceadvisor.report import render_text
 
         return render_text.render(report, width=width, color=color).encode()
+    if fmt == "html":
+        from traceadvisor.report import render_html
+
+        return render_html.render(report)
     raise ValueError(f"unknown report format {fmt!r}: use {', '.join(FORMATS)}")

@@ -441,6 +441,94 @@ class StepTime:
         return None if d is None else cls(**d)
 
 
+# The kinds of span a timeline lane draws (``TimelineLane.kind`` indexes it); idle gaps use the
+# idle causes (``Timeline.causes``) instead.
+TIMELINE_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "python", "annotation")
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineLane:
+    """One lane of the HTML report's timeline: a host thread (CPU ops and annotations, nested by
+    ``depth``), its Python frames, a GPU stream, or a device's idle gaps (``role``: ``thread``,
+    ``python``, ``stream``, ``idle``). Columns, sorted by start; ``name`` indexes ``Timeline.names``,
+    ``kind`` indexes ``TIMELINE_KINDS`` (for ``idle``: ``Timeline.causes``)."""
+
+    label: str
+    role: str
+    start_us: tuple[float, ...]
+    dur_us: tuple[float, ...]
+    depth: tuple[int, ...]
+    name: tuple[int, ...]
+    kind: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "role": self.role,
+            "start_us": list(self.start_us),
+            "dur_us": list(self.dur_us),
+            "depth": list(self.depth),
+            "name": list(self.name),
+            "kind": list(self.kind),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TimelineLane:
+        return cls(
+            label=d["label"],
+            role=d["role"],
+            start_us=tuple(d["start_us"]),
+            dur_us=tuple(d["dur_us"]),
+            depth=tuple(d["depth"]),
+            name=tuple(d["name"]),
+            kind=tuple(d["kind"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """The compact timeline of one trace that the HTML report draws (``summary/timeline.py``):
+    lanes of spans inside ``[start_us, end_us]`` (the trace's own clock), the names they index, and
+    what was left out (``sampled``: None when every span of the window is there). Only the HTML
+    report asks for it (``analyze(..., timeline=True)``); it is absent from the other outputs."""
+
+    start_us: float
+    end_us: float
+    names: tuple[str, ...]
+    causes: tuple[str, ...]
+    lanes: tuple[TimelineLane, ...]
+    spans: int
+    total_spans: int
+    sampled: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_us": self.start_us,
+            "end_us": self.end_us,
+            "names": list(self.names),
+            "causes": list(self.causes),
+            "lanes": _dicts(self.lanes),
+            "spans": self.spans,
+            "total_spans": self.total_spans,
+            "sampled": self.sampled,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Timeline | None:
+        if d is None:
+            return None
+        return cls(
+            start_us=d["start_us"],
+            end_us=d["end_us"],
+            names=tuple(d["names"]),
+            causes=tuple(d["causes"]),
+            lanes=tuple(TimelineLane.from_dict(x) for x in d["lanes"]),
+            spans=d["spans"],
+            total_spans=d["total_spans"],
+            sampled=d.get("sampled"),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TraceSummary:
     """``traces[]``: one trace's device, analysis window, GPU busy time, steps, top kernels, idle
@@ -476,6 +564,9 @@ class TraceSummary:
     measured_unprofiled_step_us: MeasuredSteps | None = None
     # Profiled and predicted unprofiled step time, GPU busy on both; None without steps or a GPU.
     step_time: StepTime | None = None
+    # The HTML report's timeline (``analyze(..., timeline=True)``); None otherwise. Written by
+    # ``to_dict`` only when present, so the JSON report of an ordinary analysis has no such key.
+    timeline: Timeline | None = None
 
     @property
     def unprofiled_step_us(self) -> float | None:
@@ -483,7 +574,7 @@ class TraceSummary:
         return self.step_time.unprofiled_step_us if self.step_time is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "path": self.path,
             "rank": self.rank,
             "platform": self.platform,
@@ -509,6 +600,9 @@ class TraceSummary:
             "unprofiled_step_us": self.unprofiled_step_us,
             "step_time": _maybe_dict(self.step_time),
         }
+        if self.timeline is not None:
+            d["timeline"] = self.timeline.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TraceSummary:
@@ -537,6 +631,7 @@ class TraceSummary:
             replay_external_wait_us=d.get("replay_external_wait_us"),
             measured_unprofiled_step_us=MeasuredSteps.from_dict(d.get("measured_unprofiled_step_us")),
             step_time=StepTime.from_dict(d.get("step_time")),
+            timeline=Timeline.from_dict(d.get("timeline")),
         )
 
 

@@ -1,0 +1,459 @@
+"""The HTML report: one self-contained page (``--format html``) that works from ``file://`` offline.
+
+The template, the style sheet and the hand-written timeline script are package data
+(``report/html/``), inlined here; nothing is fetched from anywhere. The timeline's data (each
+trace's ``TraceSummary.timeline``, from ``analyze(..., timeline=True)``) is embedded as gzip-compressed
+JSON in base64 (``<script type="application/octet-stream" id="ta-data">``), which the page decodes
+with ``DecompressionStream``. Starts are delta-coded in whole ns (the model's µs carry exact ns
+decimals): numbers that gzip well.
+
+Every string that comes from a trace (names, paths, messages quoting them) is escaped here: HTML
+special characters as entities (``html.escape``), and characters that are not printable (bidi
+overrides, controls) as visible escapes (``safe_text.escape_controls``). The script only ever puts
+data into the page through ``textContent`` and the canvas, never as markup.
+
+A page is kept under ``MAX_SPANS_PAGE`` spans: past it (many ranks), whole ranks' timelines are
+left out, the straggler's and the findings' traces kept first, and the page says which.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import html
+import json
+import math
+import re
+import shlex
+from collections.abc import Iterable
+from importlib import resources
+from typing import Any
+
+from traceadvisor import __version__
+from traceadvisor.report.finding import Finding, Location
+from traceadvisor.report.format import (
+    ABOVE_ROOF_NOTE,
+    RANK_COLUMNS,
+    above_roof,
+    figures_by_source,
+    ms,
+    num,
+    rank_cells,
+    rank_label,
+    ranks_head,
+    replay_line,
+    skipped_by_reason,
+    step_time_line,
+    verdict_lines,
+)
+from traceadvisor.report.model import TIMELINE_KINDS, Report, RooflineSummary, Timeline, TraceSummary
+from traceadvisor.report.safe_text import NAME_LIMIT, TEXT_LIMIT, escape_controls, shorten
+
+# Spans embedded in one page, all traces together: ~10 bytes each, so about 3 MB at most.
+MAX_SPANS_PAGE = 300_000
+# Characters of a span name in the timeline's data (a 200 MB event name must not make a 200 MB page).
+TIMELINE_NAME_LIMIT = 300
+# As traceadvisor/open_command.py: context around a short evidence event, ns.
+PAD_NS = 10_000
+DOCS_URL = "https://github.com/traceadvisor/traceadvisor#readme"
+HOW_TO_READ = (
+    "How to read this report: the verdict says what to fix first and the step it predicts after each fix; "
+    "each finding gives its cost, where it is and the change to make; “Show in timeline” zooms the timeline "
+    "(wheel: zoom, drag: pan, hover: details) to the finding's first event; to see the full trace in Perfetto, "
+    "run the finding's traceadvisor open command (a page opened from a file cannot hand a trace to Perfetto)."
+)
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def _h(value: object, limit: int = TEXT_LIMIT) -> str:
+    """A string from the report (which may quote the trace) as HTML text or attribute value."""
+    return html.escape(escape_controls(shorten(str(value), limit)), quote=True)
+
+
+def _asset(name: str) -> str:
+    return (resources.files("traceadvisor.report") / "html" / name).read_text(encoding="utf-8")
+
+
+def render(report: Report) -> bytes:
+    """``report`` as one complete HTML5 document, UTF-8."""
+    timelines, left_out = _page_timelines(report)
+    parts = {
+        "title": _h(f"traceadvisor report: {', '.join(t.path for t in report.traces) or 'no trace'}", NAME_LIMIT),
+        "style": _asset("style.css"),
+        "body": _body(report, timelines, left_out),
+        "data": _data_blob(report, timelines),
+        "script": _asset("timeline.js"),
+    }
+    page = _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("template.html"))
+    return page.encode("utf-8")
+
+
+# -- the finding windows and commands (as traceadvisor/open_command.py, which the report may not import) --
+
+
+def trace_of(report: Report, finding: Finding) -> TraceSummary | None:
+    """The trace summary a finding is about (its ``trace``; else the first)."""
+    return next((t for t in report.traces if t.path == finding.trace), report.traces[0] if report.traces else None)
+
+
+def finding_window_us(finding: Finding, trace: TraceSummary | None) -> tuple[float, float] | None:
+    """The finding's window, µs: ``open_command.finding_window`` (its first evidence event widened by
+    its duration, at least ``PAD_NS``, on each side; else its trace's first step; else the window)."""
+    if finding.evidence:
+        e = finding.evidence[0]
+        start, dur = round(e.ts_us * 1000), max(round(e.dur_us * 1000), 0)
+        pad = max(dur, PAD_NS)
+        return (start - pad) / 1000.0, (start + dur + pad) / 1000.0
+    if trace is None:
+        return None
+    if trace.steps:
+        s = trace.steps[0]
+        lo, hi = round(s.cpu_start_us * 1000), round((s.cpu_start_us + s.cpu_dur_us) * 1000)
+        if s.gpu_start_us is not None and s.gpu_dur_us is not None and s.gpu_dur_us > 0:
+            lo = min(lo, round(s.gpu_start_us * 1000))
+            hi = max(hi, round((s.gpu_start_us + s.gpu_dur_us) * 1000))
+        return lo / 1000.0, hi / 1000.0
+    if trace.window_us > 0:
+        lo = round(trace.window_start_us * 1000)
+        return lo / 1000.0, round((trace.window_start_us + trace.window_us) * 1000) / 1000.0
+    return None
+
+
+def open_command(report: Report, n: int, finding: Finding) -> str:
+    """The ``traceadvisor open`` command that shows finding ``n`` in Perfetto. With several ranks,
+    ``open`` analyses the one trace alone, where the numbers differ: the rule's code picks it."""
+    trace = finding.trace or (report.traces[0].path if report.traces else "TRACE")
+    at = finding.code if len(report.traces) > 1 else str(n)
+    return f"traceadvisor open {shlex.quote(trace)} --at {at}"
+
+
+def finding_windows(report: Report) -> dict[int, tuple[float, float]]:
+    out: dict[int, tuple[float, float]] = {}
+    for n, f in enumerate(report.findings, 1):
+        w = finding_window_us(f, trace_of(report, f))
+        if w is not None:
+            out[n] = w
+    return out
+
+
+# -- the page's body --
+
+
+def _body(report: Report, timelines: list[tuple[TraceSummary, Timeline]], left_out: list[str]) -> str:
+    out = [
+        "<header><h1>traceadvisor report</h1>",
+        f'<p class="meta">traceadvisor {_h(__version__)} · {len(report.traces)} trace(s) · '
+        f"{len(report.findings)} finding(s)</p>",
+        f'<p class="howto">{_h(HOW_TO_READ)} <a href="{DOCS_URL}">Documentation</a>.</p></header>',
+        _verdict(report),
+        _traces(report),
+        _findings(report),
+        _timeline(report, timelines, left_out),
+        _steps(report),
+        _roofline(report),
+        _annotations(report),
+    ]
+    if report.ranks is not None:
+        out.append(_ranks(report))
+    return "\n".join(out)
+
+
+def _verdict(report: Report) -> str:
+    out = ['<section id="verdict"><h2>Verdict</h2>']
+    v = report.verdict
+    if v is None:
+        out.append("<p>No verdict: the trace has no steps to predict.</p>")
+    else:
+        lines = verdict_lines(v)
+        out.append(f'<p class="step">{_h(lines[0])}</p>')
+        if len(lines) > 1:
+            out.append('<ul class="fixes">' + "".join(f"<li>{_h(x)}</li>" for x in lines[1:]) + "</ul>")
+    return "".join(out) + "</section>"
+
+
+def _traces(report: Report) -> str:
+    out = ['<section id="traces"><h2>Traces</h2>']
+    for t in report.traces:
+        dev = (t.device.name if t.device is not None else None) or t.platform
+        rank = "" if t.rank is None else f" (rank {_h(t.rank)})"
+        items = [
+            f"device: {_h(dev)}",
+            f"window: {_h(ms(t.window_us))} ({_h(t.window_basis)})",
+            f"GPU busy: {t.gpu_busy_pct:.1f}% ({_h(ms(t.gpu_busy_us))}); {t.kernel_count} kernels",
+        ]
+        if t.replay_error_pct is not None:
+            step = t.step_time.profiled_step_us if t.step_time is not None else None
+            items.append(f"replay: {_h(replay_line(t.replay_error_pct, t.replay_external_wait_us, step))}")
+        if t.step_time is not None:
+            items.append(f"step: {_h(step_time_line(t.step_time))}")
+        items += [f'<span class="warning">warning: {_h(w)}</span>' for w in t.warnings[:20]]
+        out.append(f'<div class="trace"><h3><code>{_h(t.path)}</code>{rank}</h3><ul>')
+        out.append("".join(f"<li>{i}</li>" for i in items) + "</ul></div>")
+    return "".join(out) + "</section>"
+
+
+def _findings(report: Report) -> str:
+    out = ['<section id="findings"><h2>Findings</h2>']
+    if not report.findings:
+        out.append("<p>No findings.</p>")
+    windows = finding_windows(report)
+    for n, f in enumerate(report.findings, 1):
+        sev = f.severity.value
+        who = f" [{_h(rank_label(f.ranks))}]" if f.ranks else ""
+        out.append(
+            f'<article class="finding" id="finding-{n}" data-code="{_h(f.code)}" data-rule="{_h(f.rule)}" '
+            f'data-severity="{_h(sev)}">'
+            f'<h3><span class="num">{n}.</span> <span class="sev sev-{_h(sev)}">{_h(sev)}</span> '
+            f"{_h(f.rule)} ({_h(f.code)}){who}</h3>"
+            f'<p class="message">{_h(f.message)}</p><dl>'
+        )
+        if f.impact is not None:
+            out.append(
+                f"<dt>impact</dt><dd>{_h(ms(f.impact.time_us))} ({f.impact.share_pct:.1f}% of the step): "
+                f"{_h(f.impact.basis)}</dd>"
+            )
+        if f.location is not None:
+            out.append(f"<dt>location</dt><dd>{_location(f.location)}</dd>")
+        out.append(f"<dt>fix</dt><dd>{_h(f.recommendation)}</dd></dl>")
+        if f.evidence:
+            out.append(
+                '<table class="evidence"><tr><th>evidence</th><th>start (µs)</th><th>duration</th><th>stream</th></tr>'
+            )
+            out += [
+                f"<tr><td><code>{_h(e.name, NAME_LIMIT)}</code></td><td>{e.ts_us:.3f}</td>"
+                f"<td>{_h(ms(e.dur_us))}</td><td>{'' if e.stream is None else _h(e.stream)}</td></tr>"
+                for e in f.evidence[:10]
+            ]
+            out.append("</table>")
+        out.append(f'<p class="open">Perfetto: <code class="perfetto-command">{_h(open_command(report, n, f))}</code>')
+        if n in windows:
+            out.append(f' <button class="show-in-timeline" data-finding="{n}">Show in timeline</button>')
+        out.append("</p></article>")
+    for reason, rules in skipped_by_reason(report.skipped):
+        out.append(f'<p class="skipped">skipped {_h(", ".join(rules))}: {_h(reason)}</p>')
+    out += [f'<p class="rule-error">rule error {_h(e.rule)}: {_h(e.error)}</p>' for e in report.errors]
+    return "".join(out) + "</section>"
+
+
+def _location(loc: Location) -> str:
+    return f"<code>{_h(loc.where())}</code>"
+
+
+def _timeline(report: Report, timelines: list[tuple[TraceSummary, Timeline]], left_out: list[str]) -> str:
+    out = ['<section id="timeline"><h2>Timeline</h2>']
+    if not timelines:
+        out.append('<p class="note">No timeline in this report (the analysis was run without one).</p>')
+    notes = [f"{t.path}: {tl.sampled}" for t, tl in timelines if tl.sampled]
+    notes += left_out
+    out += [f'<p class="note sampled">{_h(n)}</p>' for n in notes]
+    legend = [(k, k.replace("_", " ")) for k in TIMELINE_KINDS]
+    causes = timelines[0][1].causes if timelines else ()
+    out.append('<div id="timeline-legend">')
+    out += [f'<span class="key"><i data-kind="{_h(k)}"></i>{_h(label)}</span>' for k, label in legend]
+    out += [f'<span class="key"><i data-cause="{_h(c)}"></i>idle: {_h(c.replace("_", " "))}</span>' for c in causes]
+    out.append("</div>")
+    out.append(
+        '<p class="hint">wheel: zoom · drag: pan · hover: details · double-click: whole range · '
+        '<button id="timeline-reset">Reset view</button> <span id="timeline-range"></span></p>'
+        '<div id="timeline-wrap"><canvas id="timeline-canvas" width="1200" height="200"></canvas>'
+        '<div id="timeline-tooltip" hidden></div></div>'
+    )
+    return "".join(out) + "</section>"
+
+
+def _steps(report: Report) -> str:
+    out = ['<section id="steps"><h2>Steps</h2>']
+    for t in report.traces:
+        if not t.steps:
+            out.append(f"<p><code>{_h(t.path)}</code>: no profiler steps.</p>")
+            continue
+        out.append(f'<h3><code>{_h(t.path)}</code></h3><table class="steps"><tr><th>step</th><th>CPU time</th>'
+                   "<th>GPU time</th><th>GPU busy</th></tr>")  # fmt: skip
+        out += [
+            f"<tr><td>{_h(s.name, NAME_LIMIT)}</td><td>{_h(ms(s.cpu_dur_us))}</td><td>{_h(ms(s.gpu_dur_us))}</td>"
+            f"<td>{s.gpu_busy_pct:.1f}%</td></tr>"
+            for s in t.steps[:500]
+        ]
+        out.append("</table>")
+        if len(t.steps) > 500:
+            out.append(f'<p class="note">{len(t.steps) - 500:,} more steps (the JSON report lists them all).</p>')
+    return "".join(out) + "</section>"
+
+
+def _annotations(report: Report) -> str:
+    out = ['<section id="annotations"><h2>Annotations</h2>']
+    for t in report.traces:
+        a = t.annotations
+        if a is None:
+            out.append(f"<p><code>{_h(t.path)}</code>: no user annotations.</p>")
+            continue
+        kind = "GPU" if a.basis == "gpu" else "CPU"
+        out.append(f'<h3><code>{_h(t.path)}</code></h3><table class="annotations"><tr><th>annotation</th>'
+                   f"<th>{kind} time</th><th>share</th><th>calls</th></tr>")  # fmt: skip
+        out += [
+            f"<tr><td>{_h(r.name, NAME_LIMIT)}</td><td>{_h(ms(r.time_us))}</td><td>{r.share_pct:.1f}%</td>"
+            f"<td>{r.calls}</td></tr>"
+            for r in a.rows[:200]
+        ]
+        out.append(
+            f"<tr><td>(outside annotations)</td><td>{_h(ms(a.unannotated_us))}</td><td>{a.unannotated_pct:.1f}%</td>"
+            "<td></td></tr></table>"
+        )
+        if a.bottleneck is not None:
+            out.append(f'<p class="bottleneck">{_h(a.bottleneck.message)}</p>')
+    return "".join(out) + "</section>"
+
+
+def _ranks(report: Report) -> str:
+    r = report.ranks
+    assert r is not None
+    out = [f'<section id="ranks"><h2>Ranks</h2><p>{_h(ranks_head(r))}</p><table class="ranks"><tr>']
+    out += [f"<th>{_h(c)}</th>" for c in RANK_COLUMNS]
+    out.append("</tr>")
+    for row in r.rows:
+        cls = ' class="straggler"' if row.straggler else ""
+        out.append(f"<tr{cls}>" + "".join(f"<td>{_h(c)}</td>" for c in rank_cells(row)) + "</tr>")
+    out.append("</table>")
+    out += [f'<p class="warning">warning: {_h(p)}</p>' for p in r.problems]
+    return "".join(out) + "</section>"
+
+
+# -- the roofline: an inline SVG scatter on log axes --
+
+_W, _H, _ML, _MB, _MT, _MR = 640, 380, 60, 40, 12, 12
+
+
+def _roofline(report: Report) -> str:
+    out = ['<section id="roofline"><h2>Roofline</h2>']
+    for t in report.traces:
+        out.append(f"<h3><code>{_h(t.path)}</code></h3>{_roofline_one(t.roofline)}")
+    return "".join(out) + "</section>"
+
+
+def _roofline_one(r: RooflineSummary) -> str:
+    p = r.peaks
+    if p is None:
+        return f'<p class="note">roofline: {_h(r.reason)}</p>'
+    flops = {d: v for d, v in p.tflops.items() if v}
+    head = (
+        f"<p>{_h(p.model or p.device)}: {p.memory_bandwidth_gbs:g} GB/s; TFLOP/s "
+        f"{_h(', '.join(f'{d} {v:g}' for d, v in flops.items()))}; {r.modelled_pct:.1f}% of kernel time modelled: "
+        f"{_h(', '.join(f'{b.bound} {b.share_pct:.1f}%' for b in r.by_bound) or 'no modelled kernels')}</p>"
+    )
+    head += "".join(f'<p class="note">{_h(", ".join(f))}: {_h(s)}</p>' for s, f in figures_by_source(p.sources).items())
+    points = [
+        k for k in r.top_kernels if k.intensity and k.achieved_tflops and k.intensity > 0 and k.achieved_tflops > 0
+    ]
+    xs = [k.intensity or 1.0 for k in points] + [0.1, 1000.0]
+    peak = max(flops.values(), default=1.0) or 1.0
+    ys = [k.achieved_tflops or 1.0 for k in points] + [peak]
+    x0, x1 = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
+    y0, y1 = math.floor(math.log10(min(min(ys), peak / 1e4))), math.ceil(math.log10(max(ys)))
+
+    def px(x: float) -> float:
+        return _ML + (math.log10(x) - x0) / (x1 - x0) * (_W - _ML - _MR)
+
+    def py(y: float) -> float:
+        return _H - _MB - (math.log10(y) - y0) / (y1 - y0) * (_H - _MB - _MT)
+
+    svg = [f'<svg class="roofline" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
+           'aria-label="roofline: achieved TFLOP/s against arithmetic intensity">']  # fmt: skip
+    for e in range(x0, x1 + 1):
+        svg.append(f'<line class="grid" x1="{px(10**e):.1f}" y1="{_MT}" x2="{px(10**e):.1f}" y2="{_H - _MB}"/>'
+                   f'<text class="tick" x="{px(10**e):.1f}" y="{_H - _MB + 14}">1e{e}</text>')  # fmt: skip
+    for e in range(y0, y1 + 1):
+        svg.append(f'<line class="grid" x1="{_ML}" y1="{py(10**e):.1f}" x2="{_W - _MR}" y2="{py(10**e):.1f}"/>'
+                   f'<text class="tick y" x="{_ML - 4}" y="{py(10**e) + 4:.1f}">1e{e}</text>')  # fmt: skip
+    bw = p.memory_bandwidth_gbs / 1000.0  # TFLOP/s per FLOP/B
+    for d, v in flops.items():
+        knee = v / bw if bw > 0 else 10.0**x1
+        lo = 10.0**x0
+        pts = [(lo, min(v, lo * bw)), (min(max(knee, lo), 10.0**x1), min(v, min(max(knee, lo), 10.0**x1) * bw)),
+               (10.0**x1, v)]  # fmt: skip
+        path = " ".join(f"{px(x):.1f},{py(max(y, 10.0**y0)):.1f}" for x, y in pts)
+        svg.append(f'<polyline class="roof" points="{path}"><title>{_h(d)} roof: {v:g} TFLOP/s, '
+                   f"{p.memory_bandwidth_gbs:g} GB/s</title></polyline>"
+                   f'<text class="roof-label" x="{_W - _MR - 4}" y="{py(v) - 4:.1f}" text-anchor="end">{_h(d)}</text>')  # fmt: skip
+    for k in points:
+        title = (f"{k.name} ({k.op}, {k.dtype}): {ms(k.time_us)}, {num(k.intensity, '.1f')} FLOP/B, "
+                 f"{num(k.achieved_tflops, '.1f')} TFLOP/s, roof {num(k.roof_pct, '.0f', '%')}, {k.bound}")  # fmt: skip
+        r_px = 3 + min(6.0, math.sqrt(max(k.share_pct, 0.0)))
+        svg.append(f'<circle class="pt bound-{_h(k.bound)}" cx="{px(k.intensity or 1):.1f}" '
+                   f'cy="{py(k.achieved_tflops or 1):.1f}" r="{r_px:.1f}"><title>{_h(title, NAME_LIMIT * 2)}</title></circle>')  # fmt: skip
+    svg.append(f'<text class="axis" x="{(_W + _ML) / 2}" y="{_H - 6}" text-anchor="middle">FLOP/byte</text>'
+               f'<text class="axis" x="14" y="{_H / 2}" transform="rotate(-90 14 {_H / 2})" '
+               'text-anchor="middle">TFLOP/s</text></svg>')  # fmt: skip
+    note = f'<p class="note">{_h(ABOVE_ROOF_NOTE)}</p>' if above_roof(r.top_kernels) else ""
+    return head + "".join(svg) + note
+
+
+# -- the timeline's data --
+
+
+def _page_timelines(report: Report) -> tuple[list[tuple[TraceSummary, Timeline]], list[str]]:
+    """The traces whose timelines the page embeds (within ``MAX_SPANS_PAGE``), and a note per trace
+    left out."""
+    have = [(t, t.timeline) for t in report.traces if t.timeline is not None]
+    straggler = report.ranks.straggler if report.ranks is not None else None
+    in_findings = {f.trace for f in report.findings}
+    order = sorted(
+        range(len(have)),
+        key=lambda i: (have[i][0].rank != straggler or straggler is None, have[i][0].path not in in_findings, i),
+    )
+    kept: set[int] = set()
+    used = 0
+    left: list[str] = []
+    for i in order:
+        t, tl = have[i]
+        if kept and used + tl.spans > MAX_SPANS_PAGE:
+            left.append(f"{t.path}: timeline left out (the page holds at most {MAX_SPANS_PAGE:,} spans)")
+            continue
+        kept.add(i)
+        used += tl.spans
+    return [(t, tl) for i, (t, tl) in enumerate(have) if i in kept], left
+
+
+def _deltas_ns(starts_us: Iterable[float]) -> tuple[float, list[int]]:
+    ns = [round(s * 1000) for s in starts_us]
+    if not ns:
+        return 0.0, []
+    return ns[0] / 1000.0, [ns[0] - ns[0]] + [b - a for a, b in zip(ns, ns[1:], strict=False)]
+
+
+def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -> str:
+    traces: list[dict[str, Any]] = []
+    for t, tl in timelines:
+        lanes = []
+        for lane in tl.lanes:
+            t0, ds = _deltas_ns(lane.start_us)
+            lanes.append(
+                {
+                    "label": escape_controls(lane.label),
+                    "role": lane.role,
+                    "t0": t0,
+                    "ds": ds,
+                    "d": [round(d * 1000) for d in lane.dur_us],
+                    "z": list(lane.depth),
+                    "n": list(lane.name),
+                    "k": list(lane.kind),
+                }
+            )
+        traces.append(
+            {
+                "path": t.path,
+                "rank": t.rank,
+                "start_us": tl.start_us,
+                "end_us": tl.end_us,
+                "names": [escape_controls(shorten(n, TIMELINE_NAME_LIMIT)) for n in tl.names],
+                "causes": list(tl.causes),
+                "lanes": lanes,
+            }
+        )
+    data = {
+        "kinds": list(TIMELINE_KINDS),
+        "traces": traces,
+        "findingWindows": {str(n): {"start_us": a, "end_us": b} for n, (a, b) in finding_windows(report).items()},
+    }
+    raw = json.dumps(data, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
