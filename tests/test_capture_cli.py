@@ -3,6 +3,7 @@ on stdout that the program's own prints never corrupt. Real runs on the CPU."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,3 +40,42 @@ def test_unknown_workload_help_is_still_an_error(tmp_path: Path) -> None:
     p = capture(tmp_path, "--workload", "no-such-workload", "--help")
     assert p.returncode == 2
     assert p.stderr.startswith("traceadvisor: error: no workload 'no-such-workload'")
+
+
+SMALL = ["--skip-first", "1", "--warmup", "1", "--active", "2"]
+NOISY = """
+import atexit, subprocess, sys
+import torch
+import traceadvisor
+
+print("starting {not json")
+atexit.register(lambda: print("atexit says bye"))
+model = torch.nn.Linear(8, 4)
+for i in range(6):
+    print(f"step {i} loss", float(model(torch.randn(2, 8)).sum()))
+    traceadvisor.step()
+subprocess.run([sys.executable, "-c", "print('child process output')"], check=True)
+sys.stdout.write("no newline at the end")
+"""
+
+
+def test_json_report_on_stdout_holds_no_program_output(tmp_path: Path) -> None:
+    (tmp_path / "noisy.py").write_text(NOISY)
+    p = capture(tmp_path, "--out", "run", *SMALL, "-f", "json", "noisy.py")
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)  # the whole of stdout is the report
+    assert report["traces"] and report["schema_version"] == 1
+    # What the program, its child and its atexit handler printed went to stderr, in order.
+    said = [line for line in p.stderr.splitlines() if not line.startswith("traceadvisor:")]
+    assert said[0] == "starting {not json"
+    assert "child process output" in said
+    assert said[-1] == "atexit says bye"
+    assert "no newline at the end" in p.stderr
+
+
+def test_text_report_leaves_the_program_output_on_stdout(tmp_path: Path) -> None:
+    (tmp_path / "noisy.py").write_text(NOISY)
+    p = capture(tmp_path, "--out", "run", *SMALL, "noisy.py")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("starting {not json")
+    assert "step 5 loss" in p.stdout and "atexit says bye" in p.stdout

@@ -26,6 +26,7 @@ from typer.core import TyperCommand
 
 from traceadvisor.capture import stepon
 from traceadvisor.capture.options import CaptureOptions, Schedule
+from traceadvisor.capture.stdout import ProgramStdout
 from traceadvisor.console import EXIT_BAD_INPUT, error, fail, warn
 from traceadvisor.errors import UsageError
 
@@ -216,6 +217,9 @@ def _run(
     session = CaptureSession(options, folder, record)
     wrapper = stepon.StepOnWrapper(session.clock) if spec is not None else None
     program = Program(target, spec)
+    # A report on stdout that a program parses (json, markdown): the program's own prints go to stderr.
+    program_stdout = ProgramStdout(analyze and fmt != "text" and (output is None or str(output) == "-"))
+    program_stdout.to_stderr()
     with _python_warnings(), program.installed():
         try:
             program.prepare(wrapper)
@@ -255,7 +259,7 @@ def _run(
     if files and _world_size() > 1:
         _write_rank_summaries([f.path for f in files])
     if analyze and files and rank == 0:
-        analysis_code = _analyze([f.path for f in files], fmt, output, select, ignore, start)
+        analysis_code = _analyze([f.path for f in files], fmt, output, select, ignore, start, program_stdout)
     elif analyze and files:
         sys.stderr.write(f"traceadvisor: rank {rank}: not analysing; rank 0 prints the report\n")
     if outcome.code:
@@ -303,7 +307,13 @@ def _write_rank_summaries(paths: list[Path]) -> None:
 
 
 def _analyze(
-    paths: list[Path], fmt: str, output: Path | None, select: list[str] | None, ignore: list[str] | None, start: Path
+    paths: list[Path],
+    fmt: str,
+    output: Path | None,
+    select: list[str] | None,
+    ignore: list[str] | None,
+    start: Path,
+    program_stdout: ProgramStdout,
 ) -> int:
     """Analyse the captured traces and write the report as ``traceadvisor analyze`` would (the same
     library calls, warnings, errors and output), with the configuration found from ``start``, the
@@ -325,7 +335,9 @@ def _analyze(
                 raise fail(str(exc)) from None
             report = analyze_or_fail(paths, cfg, MAX_ANALYSIS_BYTES)
             width = report_width(destination)
-            write_report(render(report, fmt, color=to_terminal(destination), width=width), destination)
+            data = render(report, fmt, color=to_terminal(destination), width=width)
+            with program_stdout.report():  # only the report reaches stdout
+                write_report(data, destination)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     return 0
