@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from traceadvisor.engine import DEFAULT_RULE_TIMEOUT_S, claimed_by
@@ -127,13 +128,21 @@ def run(
 
 
 def run_rule(rule: AnyRule, trace: Trace, stop: Interrupter, limit_s: float | None) -> tuple[list[Finding], str | None]:
-    """One rule's findings on one trace, or none and what went wrong. The generator is consumed,
-    and each finding checked, inside the guard: a rule's code runs lazily, between yields."""
+    """One rule's findings on one trace, or none and what went wrong."""
     view = cast(Trace, read_only(trace))
+    return _guarded(rule, lambda: rule.check(view), stop, limit_s)
+
+
+def _guarded(
+    rule: AnyRule, findings: Callable[[], Iterable[object]], stop: Interrupter, limit_s: float | None
+) -> tuple[list[Finding], str | None]:
+    """The one guard every rule runs under (per trace and across ranks): the generator is consumed,
+    and each finding checked, inside it, since a rule's code runs lazily between yields. A failure
+    or a timeout becomes what went wrong; a cancel or Ctrl-C ends the run."""
     watch = stop.watch(limit_s)
     try:
         with watch:
-            found = [_checked(obj) for obj in rule.check(view)]
+            found = [_checked(obj) for obj in findings()]
     except RuleInterrupted as exc:
         if watch.reason == "cancelled":
             raise Cancelled("analysis cancelled") from None
@@ -162,25 +171,9 @@ def run_rank_rules(
             if not isinstance(rule, RankRule):
                 continue
             raise_if_cancelled(cancel)
-            watch = stop.watch(rule_timeout_s)
-            try:
-                with watch:
-                    found = [_checked(obj) for obj in rule.check_ranks(run)]
-            except RuleInterrupted as exc:
-                if watch.reason == "cancelled":
-                    raise Cancelled("analysis cancelled") from None
-                why = (
-                    f"timed out after {rule_timeout_s:g} s{_where(exc, rule)}"
-                    if watch.reason == "timeout"
-                    else _describe(exc, rule)
-                )
+            found, why = _guarded(rule, partial(rule.check_ranks, run), stop, rule_timeout_s)
+            if why is not None:
                 result.errors.append(RuleError(rule.name, rule.code, "ranks", why))
-                continue
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # a rule must not end the run
-                result.errors.append(RuleError(rule.name, rule.code, "ranks", _describe(exc, rule)))
-                continue
             result.findings.extend(found)
     return result
 
