@@ -17,7 +17,7 @@ from traceadvisor.rules_api import (
     Trace,
     event_location,
     evidence_of,
-    fmt_us,
+    fmt_ns,
     idle_of,
     in_steps,
     per_step,
@@ -141,14 +141,14 @@ def _message(trace: Trace, wait: int, idle: ClaimedIdle, single: bool, replayed:
         else ""
     )
     return (
-        f"The steps waited {fmt_us(wait)} for the DataLoader ({fmt_us(per_step)} per step) and the GPU idled "
-        f"{fmt_us(idle.raw_ns)} ({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) meanwhile"
+        f"The steps waited {fmt_ns(wait)} for the DataLoader ({fmt_ns(per_step)} per step) and the GPU idled "
+        f"{fmt_ns(idle.raw_ns)} ({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) meanwhile"
         + (
             f". Replayed with the batches ready when asked for (loaded by workers meanwhile), the step takes "
-            f"{fmt_us(replayed.saving_ns)} less ({replayed.share_pct:.0f}% of the predicted unprofiled step; "
+            f"{fmt_ns(replayed.saving_ns)} less ({replayed.share_pct:.0f}% of the predicted unprofiled step; "
             "the best case: workers slower than the step would leave a stall of their own)."
             if replayed is not None
-            else f" (about {fmt_us(idle.recoverable_ns)} without the profiler)."
+            else f" (about {fmt_ns(idle.recoverable_ns)} without the profiler)."
         )
         + mode
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from traceadvisor.rules_api import Finding, Location, RankRule, RankRun, Severity
+from traceadvisor.rules_api import Finding, Location, RankRule, RankRun, Severity, fmt_ns
 
 # What the straggler did in its extra time, by class (traceml's classes), and the change to make.
 ADVICE = {
@@ -93,7 +93,7 @@ class RankStraggler(RankRule[Options]):
         location, where = None, ""
         if s.cls == "host":
             location, where = _host_site(run, s.rank)
-        excess = _ms(s.excess_by_class_ns.get(s.cls, s.excess_lead_ns))
+        excess = fmt_ns(s.excess_by_class_ns.get(s.cls, s.excess_lead_ns))
         others = [int(r) for r in run.ranks["rank"].tolist() if int(r) != s.rank]
         yield self.rank_finding(
             run,
@@ -101,7 +101,7 @@ class RankStraggler(RankRule[Options]):
                 f"Rank {s.rank} is the straggler: it arrives last at {s.pct_arrived_last:.0f}% of the collectives, "
                 f"and {_waiters(others)} for it inside them; what it does in its extra time is "
                 + what.format(excess=excess, where=where)
-                + f". Bringing it to the others' pace saves {_ms(s.saving_per_step_ns)} per step on every rank."
+                + f". Bringing it to the others' pace saves {fmt_ns(s.saving_per_step_ns)} per step on every rank."
             ),
             recommendation=fix.format(rank=s.rank, where=where),
             ranks=[s.rank],
@@ -139,7 +139,3 @@ def _waiters(others: list[int]) -> str:
     if len(others) == 1:
         return f"rank {others[0]} waits"
     return f"the other {len(others)} ranks wait"
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traceadvisor.rules_api import Finding, IdleCause, RankRule, RankRun, fmt_ms, pct
+from traceadvisor.rules_api import Finding, IdleCause, RankRule, RankRun, fmt_ns, pct
 
 BASIS = (
     "an upper bound: the exposed transfer per step (mean over ranks) if all of it overlapped with "
@@ -97,8 +97,8 @@ class ExposedCommunication(RankRule[Options]):
         yield self.rank_finding(
             run,
             message=(
-                f"communication moves data with no compute beside it for {fmt_ms(exposed)} per step "
-                f"({share:.1f}% of the {fmt_ms(step)} step, mean over ranks; ranks {shown}), mostly in {op}"
+                f"communication moves data with no compute beside it for {fmt_ns(exposed)} per step "
+                f"({share:.1f}% of the {fmt_ns(step)} step, mean over ranks; ranks {shown}), mostly in {op}"
             ),
             recommendation=advice,
             ranks=ranks,

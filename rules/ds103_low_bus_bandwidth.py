@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceadvisor.rules_api import Finding, RankRule, RankRun, bandwidth_table, bucket_label, fmt_ms, plural
+from traceadvisor.rules_api import Finding, RankRule, RankRun, bandwidth_table, bucket_label, fmt_ns, plural
 
 BASIS = (
     "each slow collective's transfer time (min over ranks of its duration) minus the time it takes "
@@ -90,7 +90,7 @@ class LowBusBandwidth(RankRule[Options]):
                     f"{'reaches' if len(g) == 1 else 'reach'} {measured:.2f} GB/s bus bandwidth"
                     f"{'' if len(g) == 1 else ' (median)'}, {100.0 * measured / best:.0f}% of the {best:.2f} GB/s "
                     f"the run reaches for the same op and size ({bucket_label(int(bucket))}); "
-                    f"{fmt_ms(float(g['excess_ns'].sum()))} lost in all"
+                    f"{fmt_ns(float(g['excess_ns'].sum()))} lost in all"
                 ),
                 recommendation=(
                     "Find what shares the link while these run (another collective on a second stream, "

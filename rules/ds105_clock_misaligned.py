@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceadvisor.rules_api import IMPLICIT_SYNC, Finding, RankRule, RankRun, Severity, fmt_us
+from traceadvisor.rules_api import IMPLICIT_SYNC, Finding, RankRule, RankRun, Severity, fmt_ns
 
 MEANING = (
     "Waits, start and end skews, the last arriver and the straggler between ranks on different hosts "
@@ -75,15 +75,15 @@ class ClockMisaligned(RankRule[Options]):
         hosts = sorted(set(host_of.values()))
         if a.method == "collective-end" and a.refused:
             offsets = {h: float(v) for h, v in a.offsets_ns.items()}
-            shown = ", ".join(f"{h or '(unnamed)'} {fmt_us(v)}" for h, v in offsets.items())
+            shown = ", ".join(f"{h or '(unnamed)'} {fmt_ns(v)}" for h, v in offsets.items())
             yield self.rank_finding(
                 run,
                 message=(
                     f"the clocks of hosts {', '.join(h or '(unnamed)' for h in hosts)} could not be aligned: after "
                     f"the best per-host offset ({shown}) the collectives' ends still disagree by "
-                    f"{fmt_us(a.residual_ns)} "
+                    f"{fmt_ns(a.residual_ns)} "
                     f"(MAD over {a.n_instances} collectives), more than 10% of the median collective "
-                    f"({fmt_us(a.median_dur_ns)}); times are left on each host's clock. {MEANING}"
+                    f"({fmt_ns(a.median_dur_ns)}); times are left on each host's clock. {MEANING}"
                 ),
                 recommendation=FIX,
                 ranks=others,
@@ -108,8 +108,8 @@ class ClockMisaligned(RankRule[Options]):
             message=(
                 f"the clocks of hosts {', '.join(h or '(unnamed)' for h in hosts)} are not aligned (no collective "
                 f"to align on after the first step) and the {n} implicit-sync collectives spanning hosts end "
-                f"{fmt_us(skew)} apart (median), {100.0 * skew / dur:.0f}% of their median duration "
-                f"({fmt_us(dur)}). {MEANING}"
+                f"{fmt_ns(skew)} apart (median), {100.0 * skew / dur:.0f}% of their median duration "
+                f"({fmt_ns(dur)}). {MEANING}"
             ),
             recommendation=FIX,
             ranks=others,

@@ -22,7 +22,8 @@ from traceadvisor.rules_api import (
     Trace,
     busy_in_windows,
     evidence_of,
-    fmt_us,
+    fmt_ns,
+    fmt_time,
     idle_of,
     launch_location,
     per_step,
@@ -279,8 +280,8 @@ def _head(n_steps: int, data: dict[str, int | float], top: pd.Series) -> str:
     return (
         f"{data['launch_bound_steps']} of {n_steps} steps are launch-bound: {data['kernels_per_step']:.0f} "
         f"kernels per step, {data['short_pct']:.0f}% shorter than their launch call (median kernel "
-        f"{data['median_kernel_us']:.1f} µs), GPU busy {data['busy_pct']:.0f}% of the step; the GPU idled "
-        f"{data['launch_bound_idle_us']:.1f} µs waiting for launches. Most launched: "
+        f"{fmt_time(data['median_kernel_us'])}), GPU busy {data['busy_pct']:.0f}% of the step; the GPU idled "
+        f"{fmt_time(data['launch_bound_idle_us'])} waiting for launches. Most launched: "
         + ", ".join(f"{nm[:60]} ×{c}" for nm, c in top.items())
         + "."
     )
@@ -290,8 +291,8 @@ def _saving_text(
     capturable: npt.NDArray[np.bool_], bound: npt.NDArray[np.bool_], syncs: npt.NDArray[np.int64], saving: Saving
 ) -> str:
     text = (
-        f" Replayed without the profiler, CUDA graphs take the step from {fmt_us(saving.before_ns)} to "
-        f"{fmt_us(saving.before_ns - saving.saving_ns)} ({saving.share_pct:.0f}% less)."
+        f" Replayed without the profiler, CUDA graphs take the step from {fmt_ns(saving.before_ns)} to "
+        f"{fmt_ns(saving.before_ns - saving.saving_ns)} ({saving.share_pct:.0f}% less)."
     )
     blocked = int((bound & ~capturable).sum())
     if blocked:

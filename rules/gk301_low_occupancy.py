@@ -16,7 +16,7 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     communication_kernels,
-    fmt_us,
+    fmt_ns,
     op_location,
     us,
 )
@@ -94,10 +94,10 @@ class LowOccupancy(Rule[Options]):
         yield self.finding(
             trace,
             message=(
-                f"{len(hot)} hot kernel(s) fill few SMs: {short} runs {fmt_us(top['dur_ns'])} "
+                f"{len(hot)} hot kernel(s) fill few SMs: {short} runs {fmt_ns(top['dur_ns'])} "
                 f"({top['pct']:.0f}% of kernel time) with {int(top['blocks'])} blocks, "
                 f"{100 * top['coverage']:.0f}% SM coverage{f' of {sms} SMs' if sms else ''}; low-occupancy kernels "
-                f"take {fmt_us(hot['dur_ns'].sum())} in all."
+                f"take {fmt_ns(hot['dur_ns'].sum())} in all."
             ),
             recommendation=RECOMMENDATION,
             impact_ns=float((hot["dur_ns"] * (1.0 - hot["coverage"])).sum()),

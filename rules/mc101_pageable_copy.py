@@ -21,7 +21,7 @@ from traceadvisor.rules_api import (
     at_source,
     category_mask,
     evidence_from,
-    fmt_us,
+    fmt_ns,
     in_steps,
     launch_location,
     per_step,
@@ -119,10 +119,10 @@ class PageableCopy(Rule[Options]):
             trace,
             message=_message(pageable, sync_calls, blocked, location)
             + (
-                f". Replayed from pinned memory, the step takes {fmt_us(replayed.saving_ns)} less "
+                f". Replayed from pinned memory, the step takes {fmt_ns(replayed.saving_ns)} less "
                 f"({replayed.share_pct:.0f}% of the predicted unprofiled step; {rate_basis})."
                 if replayed is not None and replayed.refused is None
-                else f". From pinned memory they would need ~{fmt_us(impact)} less ({rate_basis})."
+                else f". From pinned memory they would need ~{fmt_ns(impact)} less ({rate_basis})."
             ),
             recommendation=RECOMMENDATION,
             impact_ns=impact,
@@ -165,8 +165,8 @@ def _message(pageable: pd.DataFrame, sync_calls: pd.DataFrame, blocked: float, l
         kinds = ", ".join(f"{n} ×{c}" for n, c in pageable["name"].astype(str).value_counts().items())
         parts.append(
             f"{len(pageable)} pageable copies ({kinds}) moved {float(pageable['bytes'].fillna(0).sum()) / 1e6:.1f} MB "
-            f"in {fmt_us(float(pageable['dur_ns'].sum()))} ({_achieved_gbps(pageable):.1f} GB/s)"
+            f"in {fmt_ns(float(pageable['dur_ns'].sum()))} ({_achieved_gbps(pageable):.1f} GB/s)"
         )
     if len(sync_calls):
-        parts.append(f"{len(sync_calls)} synchronous cudaMemcpy calls blocked the host {fmt_us(blocked)}")
+        parts.append(f"{len(sync_calls)} synchronous cudaMemcpy calls blocked the host {fmt_ns(blocked)}")
     return "; ".join(parts) + at_source(location)

@@ -19,7 +19,7 @@ from traceadvisor.rules_api import (
     category_mask,
     distinct_signatures,
     evidence_from,
-    fmt_us,
+    fmt_ns,
     names_at,
     op_location,
     parse_raw,
@@ -187,7 +187,7 @@ class UnfusedAttention(Rule[Options]):
             trace,
             message=(
                 f"Attention materializes {lq}×{sk} score matrices ({bh} batch·heads): matmul → softmax → matmul "
-                f"and their elementwise/backward ops take {fmt_us(path_ns)} ({share:.0f}% of kernel time) "
+                f"and their elementwise/backward ops take {fmt_ns(path_ns)} ({share:.0f}% of kernel time) "
                 f"without a fused SDPA kernel."
             ),
             recommendation=RECOMMENDATION,

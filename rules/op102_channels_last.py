@@ -12,7 +12,7 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     evidence_from,
-    fmt_us,
+    fmt_ns,
     layout_transposes,
     op_location,
     pct,
@@ -94,7 +94,7 @@ class ChannelsLast(Rule[Options]):
             trace,
             message=(
                 f"cuDNN transposed NCHW tensors to NHWC and back around {convs // steps} convolution ops per step: "
-                f"{len(tk) // steps} transpose kernels, {fmt_us(t_ns / steps)} per step ({share:.0f}% of kernel time)."
+                f"{len(tk) // steps} transpose kernels, {fmt_ns(t_ns / steps)} per step ({share:.0f}% of kernel time)."
             ),
             recommendation=RECOMMENDATION,
             per_step=per_step(saving),

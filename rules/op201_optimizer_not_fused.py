@@ -20,7 +20,7 @@ from traceadvisor.rules_api import (
     Trace,
     category_mask,
     event_location,
-    fmt_us,
+    fmt_ns,
     idle_of,
     per_step,
     replay_basis,
@@ -214,8 +214,8 @@ class Flagged:
         return (
             f"{optimizer}.step runs per parameter: {self.kernels_per_step:.0f} kernels per step for "
             f"~{self.params} parameter tensors ({self.kernels_per_step / self.params:.1f} per tensor), "
-            f"no foreach/fused ops{frames_txt}. The GPU idled {fmt_us(self.idle_ns)} while the host looped over "
-            f"the parameters; a fused update would save about {fmt_us(self.saving_ns)} per step (replayed)."
+            f"no foreach/fused ops{frames_txt}. The GPU idled {fmt_ns(self.idle_ns)} while the host looped over "
+            f"the parameters; a fused update would save about {fmt_ns(self.saving_ns)} per step (replayed)."
         )
 
     def data(self) -> dict[str, object]:

@@ -20,7 +20,7 @@ from traceadvisor.rules_api import (
     category_mask,
     distinct_signatures,
     evidence_from,
-    fmt_us,
+    fmt_ns,
     names_at,
     op_location,
     op_work,
@@ -143,7 +143,7 @@ class Fp32Matmul(Rule[Options]):
         yield self.finding(
             trace,
             message=(
-                f"{len(ops.rows)} fp32 matmul ops ran {fmt_us(gemm_ns)} ({share:.0f}% of kernel time) on "
+                f"{len(ops.rows)} fp32 matmul ops ran {fmt_ns(gemm_ns)} ({share:.0f}% of kernel time) on "
                 f"non-tensor-core kernels{rate} (e.g. {top_kernel[:80]}); TF32 is off."
             ),
             recommendation=RECOMMENDATION,

@@ -15,7 +15,7 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     evidence_from,
-    fmt_us,
+    fmt_ns,
     matrix_kernels,
     op_location,
     pct,
@@ -109,7 +109,7 @@ class MixedPrecision(Rule[Options]):
             trace,
             message=(
                 f"{len(full) // steps} fp32/TF32 convolution and matmul kernels per step ran "
-                f"{fmt_us(full_ns / steps)} per step ({share:.0f}% of kernel time) where bf16 autocast would "
+                f"{fmt_ns(full_ns / steps)} per step ({share:.0f}% of kernel time) where bf16 autocast would "
                 f"use the bf16 tensor cores{rate}."
             ),
             recommendation=RECOMMENDATION,

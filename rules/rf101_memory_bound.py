@@ -16,7 +16,8 @@ from traceadvisor.rules_api import (
     Trace,
     category_mask,
     evidence_from,
-    fmt_ms,
+    fmt_ns,
+    fmt_time,
     fusible_kernels,
     fusion_chains,
     op_location,
@@ -181,9 +182,9 @@ class Summary:
             _CLASS_WORDS.get(c, c) for c in self.in_chain.groupby("op_class")["dur_ns"].sum().sort_values().index[::-1]
         )
         return (
-            f"Memory-bound kernels take {fmt_ms(self.mem_ns)} ({self.mem_pct:.0f}% of kernel time; "
+            f"Memory-bound kernels take {fmt_ns(self.mem_ns)} ({self.mem_pct:.0f}% of kernel time; "
             f"peak {self.bw:.0f} GB/s). {plural(self.chains, 'chain')} of {len(self.in_chain)} {classes} kernels "
-            f"({fmt_ms(self.chain_ns)}) write intermediate tensors to memory and read them back: "
+            f"({fmt_ns(self.chain_ns)}) write intermediate tensors to memory and read them back: "
             f"{self.before_gb:.2f} GB moved where fused kernels would move {self.after_gb:.2f} GB. "
             f"Hottest: {_hottest(self.top)}."
         )
@@ -222,7 +223,7 @@ def _summary(k: pd.DataFrame, chains: pd.DataFrame, kernel_ns: float, bw: float,
 def _hottest(top: list[dict[str, Any]]) -> str:
     return (
         "; ".join(
-            f"{t['op']} {t['time_us'] / 1e3:.2f} ms at {t['achieved_gbs']:.0f} GB/s ({t['bw_pct']:.0f}% of "
+            f"{t['op']} {fmt_time(t['time_us'])} at {t['achieved_gbs']:.0f} GB/s ({t['bw_pct']:.0f}% of "
             "peak" + (", above it: L2-resident or broadcast inputs" if t["bw_pct"] > 100 else "") + ")"
             for t in top
         )

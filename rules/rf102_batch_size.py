@@ -15,7 +15,7 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     communication_kernels,
-    fmt_us,
+    fmt_ns,
     replay_basis,
     roofline_of,
     scenario_saving,
@@ -169,7 +169,7 @@ class BatchSize(Rule[Options]):
             trace,
             message=(
                 f"The steps' FLOPs use {peak_pct:.1f}% of the GPU's compute peak. Replayed with twice the batch, "
-                f"the step takes {fmt_us(doubled.after_ns)} instead of {fmt_us(doubled.before_ns)} "
+                f"the step takes {fmt_ns(doubled.after_ns)} instead of {fmt_ns(doubled.before_ns)} "
                 f"(predicted unprofiled): {gain.share_pct:.0f}% less time per sample "
                 f"({100.0 * doubled.before_ns / gain.after_ns - 100.0:.0f}% more samples per second), "
                 "if memory allows." + memory_note(trace)

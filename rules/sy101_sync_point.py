@@ -23,7 +23,7 @@ from traceadvisor.rules_api import (
     Trace,
     at_source,
     evidence_of,
-    fmt_us,
+    fmt_ns,
     idle_of,
     in_steps,
     per_step,
@@ -189,10 +189,10 @@ def _message(
     return (
         f"{len(mine)} host-device synchronizations in the steps ({per_step:.1f} per step), "
         f"most caused by {top_cause}{at_source(location)}; by cause: {parts}. The host "
-        f"blocked {fmt_us(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_us(idle.raw_ns)} "
+        f"blocked {fmt_ns(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_ns(idle.raw_ns)} "
         f"({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) draining and refilling its queue around them. "
         + (
-            f"Replayed without the profiler and without these waits, the step takes {fmt_us(replayed.saving_ns)} "
+            f"Replayed without the profiler and without these waits, the step takes {fmt_ns(replayed.saving_ns)} "
             f"less ({replayed.share_pct:.1f}% of the predicted unprofiled step)."
             if len(trace.steps.table)
             else "The trace has no steps: no step to replay, so no saving is estimated."

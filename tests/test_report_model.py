@@ -18,6 +18,7 @@ from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.pipeline import analyze
 from traceadvisor.report import render
 from traceadvisor.report.finding import Severity
+from traceadvisor.report.format import fmt_time
 from traceadvisor.report.model import Report, TraceSummary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,4 +301,4 @@ def test_the_verdict_is_the_step_and_the_top_fixes_by_saving(name: str) -> None:
     assert [(f.saving_per_step_us, f.code) for f in v.fixes] == savings
     assert all(f.step_after_us == pytest.approx(v.step_us - f.saving_per_step_us) for f in v.fixes)
     text = render(report, "text", width=10_000).decode().splitlines()
-    assert text[0].startswith(f"verdict: step {v.step_us / 1000:.3f} ms")
+    assert text[0].startswith(f"verdict: step {fmt_time(v.step_us)}")

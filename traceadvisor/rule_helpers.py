@@ -20,6 +20,7 @@ from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, IdleCause, idle_a
 from traceadvisor.analyses.sync_sites import sync_site_matches
 from traceadvisor.engine.rule import location_of
 from traceadvisor.report.finding import Evidence, Location
+from traceadvisor.report.format import fmt_time as fmt_time  # re-exported to rules (rules_api)
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.savings import Saving, predicted_step_ns
@@ -39,14 +40,22 @@ def us(ns: Number) -> float:
     return float(ns / 1e3)
 
 
+def fmt_ns(ns: Number) -> str:
+    """A time given in nanoseconds, for a message: the report's one time format (``fmt_time``:
+    ``812.4 µs``, ``12.85 ms``, ``12.85 s``), so a message reads like the tables beside it.
+    ``data`` and evidence keep the unrounded value."""
+    return fmt_time(float(ns) / 1e3)
+
+
 def fmt_us(ns: Number, digits: int = 1) -> str:
-    """``12.3 µs``: nanoseconds shown in microseconds with ``digits`` decimals (for messages only;
-    ``data`` and evidence keep the unrounded value)."""
+    """``12.3 µs``: nanoseconds in microseconds with ``digits`` decimals. Kept for rules written
+    against it; a message should use ``fmt_ns`` (the unit by magnitude, as the report shows times)."""
     return f"{ns / 1e3:.{digits}f} µs"
 
 
 def fmt_ms(ns: Number, digits: int = 2) -> str:
-    """``1.23 ms``: nanoseconds shown in milliseconds with ``digits`` decimals (messages only)."""
+    """``1.23 ms``: nanoseconds in milliseconds with ``digits`` decimals (kept for rules written
+    against it; see ``fmt_ns``)."""
     return f"{ns / 1e6:.{digits}f} ms"
 
 
@@ -249,8 +258,8 @@ def per_step(saving: Saving) -> tuple[str, float, float]:
 def replay_basis(saving: Saving, what: str) -> str:
     """The impact basis of a replayed saving: what the scenario changed, and on which baseline."""
     return (
-        f"what-if replay: {what}; predicted unprofiled step {saving.before_ns / 1e3:.1f} µs -> "
-        f"{(saving.before_ns - saving.saving_ns) / 1e3:.1f} µs (the trace's dependency graph replayed "
+        f"what-if replay: {what}; predicted unprofiled step {fmt_ns(saving.before_ns)} -> "
+        f"{fmt_ns(saving.before_ns - saving.saving_ns)} (the trace's dependency graph replayed "
         "without the profiler's host cost, then with the fix)"
     )
 

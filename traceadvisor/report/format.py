@@ -9,6 +9,7 @@ and say what the rows in between hold in one line. The JSON report keeps every r
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import textwrap
@@ -36,18 +37,52 @@ ABOVE_ROOF_NOTE = (
 )
 
 
+# Every time a text or Markdown report shows (tables, lines, the rules' messages) is written by
+# ``fmt_time``: its unit chosen by magnitude, always this many significant digits, so one report
+# never says 16755.0 µs in a finding and 16.755 ms in a table, and a column of times is one width.
+TIME_DIGITS = 4
+_TIME_UNITS = (("µs", 1.0), ("ms", 1e3), ("s", 1e6))
+
+
+def fmt_time(us_value: float) -> str:
+    """A time given in microseconds, for display: ``812.4 µs`` below 1000 µs, ``12.85 ms`` below
+    1000 ms, else ``12.85 s``, each with ``TIME_DIGITS`` significant digits (``3.050 ms``, ``5.100 µs``),
+    and never more than three decimals of a µs (the trace's nanosecond: ``0.500 µs``). A value that
+    rounds up to 1000 of a unit is written in the next (``999.96 µs`` → ``1.000 ms``). Display only:
+    the data keeps the unrounded value."""
+    v = float(us_value)
+    if v == 0.0 or not math.isfinite(v):
+        return f"{0 if v == 0.0 else v} µs"
+    sign, mag = ("-" if v < 0 else ""), abs(v)
+    for unit, scale in _TIME_UNITS:
+        text = _significant(mag / scale, max_decimals=3 if unit == "µs" else 3 + round(math.log10(scale)))
+        if float(text) < 1000.0 or unit == _TIME_UNITS[-1][0]:
+            return f"{sign}{text} {unit}"
+    raise AssertionError("unreachable: the last unit always returns")
+
+
+def _significant(x: float, max_decimals: int) -> str:
+    """``x`` (> 0) with ``TIME_DIGITS`` significant digits, at most ``max_decimals`` decimals; when
+    rounding carries into a new digit (9.9996 → 10.000) one decimal less, so the count holds."""
+    exp = math.floor(math.log10(x))
+    decimals = min(max_decimals, max(0, TIME_DIGITS - 1 - exp))
+    text = f"{x:.{decimals}f}"
+    if 0 < decimals == TIME_DIGITS - 1 - exp and float(text) >= 10.0 ** (exp + 1):
+        text = f"{x:.{decimals - 1}f}"
+    return text
+
+
 def ms(us_value: float) -> str:
-    """Microseconds as milliseconds with three decimals (``1.234 ms``)."""
-    return f"{us_value / 1000:.3f} ms"
+    """A time for display (``fmt_time``); the name is older than the choice of unit by magnitude."""
+    return fmt_time(us_value)
 
 
 def step_time_line(st: StepTime) -> str:
     """The profiled step and the predicted unprofiled one, with GPU busy on both."""
-    line = f"{ms(st.profiled_step_us)} profiled (GPU busy {st.gpu_busy_profiled_pct:.0f}%)"
+    line = f"{fmt_time(st.profiled_step_us)} profiled (GPU busy {st.gpu_busy_profiled_pct:.0f}%)"
     if st.unprofiled_step_us is not None and st.gpu_busy_unprofiled_pct is not None:
-        line += (
-            f", {ms(st.unprofiled_step_us)} predicted without the profiler (GPU busy {st.gpu_busy_unprofiled_pct:.0f}%)"
-        )
+        predicted = fmt_time(st.unprofiled_step_us)
+        line += f", {predicted} predicted without the profiler (GPU busy {st.gpu_busy_unprofiled_pct:.0f}%)"
     return line
 
 
@@ -60,7 +95,7 @@ def replay_line(error_pct: float, external_wait_us: float | None, step_us: float
     does not hold its cause (GPU waits on other ranks or processes), when that is material."""
     line = f"steps reproduced within {error_pct:.2f}%"
     if external_wait_us and step_us and external_wait_us >= EXTERNAL_WAIT_MIN_SHARE * step_us:
-        line += f"; {ms(external_wait_us)} per step of GPU waits on work outside the trace kept as measured"
+        line += f"; {fmt_time(external_wait_us)} per step of GPU waits on work outside the trace kept as measured"
     return line
 
 
@@ -91,8 +126,8 @@ def hidden_steps_line(hidden: Sequence[StepSummary]) -> str:
     gpu = [float(s.gpu_dur_us) for s in hidden]
     busy = [float(s.gpu_busy_pct) for s in hidden]
     return (
-        f"{len(hidden):,} steps not shown: CPU time {spread(cpu, ms)}; "
-        f"GPU time {spread(gpu, ms)}; GPU busy {spread(busy, pct)}"
+        f"{len(hidden):,} steps not shown: CPU time {spread(cpu, fmt_time)}; "
+        f"GPU time {spread(gpu, fmt_time)}; GPU busy {spread(busy, pct)}"
     )
 
 
@@ -134,12 +169,12 @@ def rank_cells(row: RankRow) -> list[str]:
     return [
         f"{row.rank}{' (straggler)' if row.straggler else ''}",
         row.host or "-",
-        ms(row.step_us),
-        ms(row.compute_us),
-        ms(row.exposed_wait_us),
-        ms(row.exposed_transfer_us),
-        ms(row.memcpy_exposed_us),
-        ms(row.idle_us),
+        fmt_time(row.step_us),
+        fmt_time(row.compute_us),
+        fmt_time(row.exposed_wait_us),
+        fmt_time(row.exposed_transfer_us),
+        fmt_time(row.memcpy_exposed_us),
+        fmt_time(row.idle_us),
     ]
 
 
@@ -207,14 +242,13 @@ def middle(text: str, width: int) -> str:
 
 def verdict_lines(v: Verdict) -> list[str]:
     """The verdict as lines: the step, then each top fix with the step it predicts after it."""
-    head = f"step {ms(v.step_us)} ({v.basis})"
+    head = f"step {fmt_time(v.step_us)} ({v.basis})"
     if not v.fixes:
         return [f"{head}; no finding predicts a saving"]
     out = [f"{head}; do first:"]
     for i, f in enumerate(v.fixes, 1):
         who = f" [{rank_label(f.ranks)}]" if f.ranks else ""
         share = 100.0 * f.saving_per_step_us / v.step_us if v.step_us > 0 else 0.0
-        out.append(
-            f"{i}) {f.rule} ({f.code}){who}: −{ms(f.saving_per_step_us)} a step ({share:.0f}%) → {ms(f.step_after_us)}"
-        )
+        saving, after = fmt_time(f.saving_per_step_us), fmt_time(f.step_after_us)
+        out.append(f"{i}) {f.rule} ({f.code}){who}: −{saving} a step ({share:.0f}%) → {after}")
     return out

@@ -16,6 +16,7 @@ from traceadvisor.report.format import (
     above_roof,
     elide,
     figures_by_source,
+    fmt_time,
     hidden_steps_line,
     more_warnings_line,
     num,
@@ -27,7 +28,6 @@ from traceadvisor.report.format import (
     step_time_line,
     verdict_lines,
 )
-from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
     AnnotationRow,
     AnnotationSummary,
@@ -80,14 +80,14 @@ def _trace(t: TraceSummary) -> list[str]:
     rank = "" if t.rank is None else f" (rank {markdown(t.rank)})"
     out = [f"## {markdown_code(t.path, TEXT_LIMIT, in_table=False)}{rank}", ""]
     out.append(f"- device: {markdown(dev)}")
-    out.append(f"- window: {_ms(t.window_us)} ({markdown(t.window_basis)})")
-    out.append(f"- GPU busy: {t.gpu_busy_pct:.1f}% ({_ms(t.gpu_busy_us)}); {t.kernel_count} kernels")
+    out.append(f"- window: {fmt_time(t.window_us)} ({markdown(t.window_basis)})")
+    out.append(f"- GPU busy: {t.gpu_busy_pct:.1f}% ({fmt_time(t.gpu_busy_us)}); {t.kernel_count} kernels")
     if t.replay_error_pct is not None:
         out.append(f"- replay: {replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))}")
     if (st := t.step_time) is not None:
         out.append(f"- step: {step_time_line(st)}")
     if (m := t.measured_unprofiled_step_us) is not None:
-        out.append(f"- measured unprofiled step: {_ms(m.median_us)} (median of {m.count} steps, profiler off)")
+        out.append(f"- measured unprofiled step: {fmt_time(m.median_us)} (median of {m.count} steps, profiler off)")
     out += [f"- warning: {_text(w)}" for w in t.warnings[:ROW_LIMIT]]
     more = more_warnings_line(t.warnings)
     if more is not None:
@@ -98,7 +98,8 @@ def _trace(t: TraceSummary) -> list[str]:
     if t.top_kernels:
         out += ["| kernel | calls | time | share |", "|---|---:|---:|---:|"]
         out += [
-            f"| {markdown_code(k.name)} | {k.count} | {_ms(k.total_us)} | {k.share_pct:.1f}% |" for k in t.top_kernels
+            f"| {markdown_code(k.name)} | {k.count} | {fmt_time(k.total_us)} | {k.share_pct:.1f}% |"
+            for k in t.top_kernels
         ]
         out.append("")
     if t.annotations is not None:
@@ -122,7 +123,7 @@ def _steps(steps: tuple[StepSummary, ...]) -> list[str]:
 
 
 def _step_row(s: StepSummary) -> str:
-    return f"| {markdown(s.name)} | {_ms(s.cpu_dur_us)} | {_ms(s.gpu_dur_us)} | {s.gpu_busy_pct:.1f}% |"
+    return f"| {markdown(s.name)} | {fmt_time(s.cpu_dur_us)} | {fmt_time(s.gpu_dur_us)} | {s.gpu_busy_pct:.1f}% |"
 
 
 def _ranks(r: RanksSummary) -> list[str]:
@@ -140,7 +141,7 @@ def _finding(f: Finding) -> list[str]:
     out = [f"### \\[{markdown(f.severity.value)}\\] {markdown(f.rule)} \\({markdown(f.code)}\\){who}"]
     out += ["", _text(f.message), ""]
     if f.impact is not None:
-        out.append(f"- impact: {_ms(f.impact.time_us)} ({f.impact.share_pct:.1f}%), {_text(f.impact.basis)}")
+        out.append(f"- impact: {fmt_time(f.impact.time_us)} ({f.impact.share_pct:.1f}%), {_text(f.impact.basis)}")
     if f.location is not None:
         out.append(f"- location: {_location(f.location)}")
     out += [f"- fix: {_text(f.recommendation)}", ""]
@@ -166,11 +167,11 @@ def _annotations(a: AnnotationSummary) -> list[str]:
     out += [_annotation_row(r) for r in first]
     if hidden:
         out.append(
-            f"| … {len(hidden):,} more annotations | {_ms(sum(r.time_us for r in hidden))} "
+            f"| … {len(hidden):,} more annotations | {fmt_time(sum(r.time_us for r in hidden))} "
             f"| {sum(r.share_pct for r in hidden):.1f}% | {sum(r.calls for r in hidden)} |"
         )
     out += [_annotation_row(r) for r in last]
-    out += [f"| (outside annotations) | {_ms(a.unannotated_us)} | {a.unannotated_pct:.1f}% | |", ""]
+    out += [f"| (outside annotations) | {fmt_time(a.unannotated_us)} | {a.unannotated_pct:.1f}% | |", ""]
     if a.basis != "gpu":
         out += ["CPU time: the trace has no GPU activity.", ""]
     if a.bottleneck is not None:
@@ -179,7 +180,7 @@ def _annotations(a: AnnotationSummary) -> list[str]:
 
 
 def _annotation_row(r: AnnotationRow) -> str:
-    return f"| {markdown(r.name)} | {_ms(r.time_us)} | {r.share_pct:.1f}% | {r.calls} |"
+    return f"| {markdown(r.name)} | {fmt_time(r.time_us)} | {r.share_pct:.1f}% | {r.calls} |"
 
 
 def _roofline(r: RooflineSummary) -> list[str]:
@@ -199,7 +200,7 @@ def _roofline(r: RooflineSummary) -> list[str]:
             "|---|---|---|---:|---:|---:|---:|---:|---|",
         ]
         out += [
-            f"| {markdown_code(k.name, 80)} | {markdown(k.op)} | {markdown(k.dtype)} | {_ms(k.time_us)} "
+            f"| {markdown_code(k.name, 80)} | {markdown(k.op)} | {markdown(k.dtype)} | {fmt_time(k.time_us)} "
             f"| {num(k.intensity, '.1f')} | {num(k.achieved_tflops, '.1f')} | {num(k.achieved_gbs, '.0f')} "
             f"| {num(k.roof_pct, '.0f', '%')} | {markdown(k.bound)} |"
             for k in r.top_kernels

@@ -8,7 +8,6 @@ control characters, names shortened. Long tables print their first and last rows
 from __future__ import annotations
 
 import io
-import re
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +22,7 @@ from traceadvisor.report.format import (
     elide,
     figures_by_source,
     fit,
+    fmt_time,
     hidden_steps_line,
     middle,
     more_warnings_line,
@@ -35,7 +35,6 @@ from traceadvisor.report.format import (
     step_time_line,
     verdict_lines,
 )
-from traceadvisor.report.format import ms as _ms
 from traceadvisor.report.model import (
     AnnotationSummary,
     ConfigInfo,
@@ -46,15 +45,6 @@ from traceadvisor.report.model import (
     TraceSummary,
 )
 from traceadvisor.report.safe_text import TEXT_LIMIT, terminal
-
-_MS = re.compile(r"^(\d+\.\d+) ms$")
-
-
-def _tenth(cell: str) -> str:
-    """``83.951 ms`` as ``84.0 ms``: a figure of a table that must narrow (other cells unchanged)."""
-    m = _MS.match(cell)
-    return f"{float(m.group(1)):.1f} ms" if m else cell
-
 
 _SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -138,8 +128,8 @@ def _ranks(console: Console, r: RanksSummary) -> None:
     headers = list(RANK_COLUMNS)
     natural = sum(max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)) + 2 * len(headers)
     narrow = natural > console.width
-    if narrow:  # an 80-column terminal: the straggler marked "*", shorter headers, 0.1 ms figures
-        rows = [[row[0].replace(" (straggler)", "*"), row[1], *(_tenth(c) for c in row[2:])] for row in rows]
+    if narrow:  # an 80-column terminal: the straggler marked "*", shorter headers
+        rows = [[row[0].replace(" (straggler)", "*"), *row[1:]] for row in rows]
         headers = [h.replace("exposed ", "exp. ") for h in headers]
     _table(console, headers, rows, flex=(1,), left=(0, 1))
     if narrow and r.straggler is not None:
@@ -164,8 +154,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
     console.print(Text(f"{_text(t.path)}{rank}", style="bold"))
     console.print(f"  device: {_name(name)} ({_name(t.platform)})")
     console.print(
-        f"  window: {_ms(t.window_us)} ({_name(t.window_basis)}), GPU busy {t.gpu_busy_pct:.1f}% "
-        f"({_ms(t.gpu_busy_us)}), idle {_ms(t.gpu_idle_us)}, {t.kernel_count} kernels"
+        f"  window: {fmt_time(t.window_us)} ({_name(t.window_basis)}), GPU busy {t.gpu_busy_pct:.1f}% "
+        f"({fmt_time(t.gpu_busy_us)}), idle {fmt_time(t.gpu_idle_us)}, {t.kernel_count} kernels"
     )
     if t.replay_error_pct is not None:
         line = replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))
@@ -173,7 +163,7 @@ def _trace(console: Console, t: TraceSummary) -> None:
     if (st := t.step_time) is not None:
         console.print(f"  step: {step_time_line(st)}")
     if (m := t.measured_unprofiled_step_us) is not None:
-        console.print(f"  measured unprofiled step: {_ms(m.median_us)} (median of {m.count} steps, profiler off)")
+        console.print(f"  measured unprofiled step: {fmt_time(m.median_us)} (median of {m.count} steps, profiler off)")
     for w in t.warnings[:ROW_LIMIT]:
         console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(w)}"))
     more = more_warnings_line(t.warnings)
@@ -182,10 +172,10 @@ def _trace(console: Console, t: TraceSummary) -> None:
     if t.steps:
         _steps(console, t.steps)
     if t.idle_breakdown:
-        parts = ", ".join(f"{_name(b.cause)} {_ms(b.idle_us)} ({b.share_pct:.0f}%)" for b in t.idle_breakdown)
+        parts = ", ".join(f"{_name(b.cause)} {fmt_time(b.idle_us)} ({b.share_pct:.0f}%)" for b in t.idle_breakdown)
         console.print(f"  GPU idle by cause: {parts}")
     if t.top_kernels:
-        rows = [[_name(k.name), str(k.count), _ms(k.total_us), f"{k.share_pct:.1f}%"] for k in t.top_kernels]
+        rows = [[_name(k.name), str(k.count), fmt_time(k.total_us), f"{k.share_pct:.1f}%"] for k in t.top_kernels]
         _table(console, ["top kernels", "calls", "time", "share"], rows)
     if t.annotations is not None:
         _annotations(console, t.annotations)
@@ -196,10 +186,10 @@ def _trace(console: Console, t: TraceSummary) -> None:
 def _steps(console: Console, steps: tuple[StepSummary, ...]) -> None:
     """The steps table: every step, or the first and last with the spread of those between."""
     first, hidden, last = elide(steps)
-    rows = [[_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%"] for s in first]
+    rows = [[_name(s.name), fmt_time(s.cpu_dur_us), fmt_time(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%"] for s in first]
     if hidden:
         rows.append([f"… {len(hidden):,} more", "", "", ""])
-    rows += [[_name(s.name), _ms(s.cpu_dur_us), _ms(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%"] for s in last]
+    rows += [[_name(s.name), fmt_time(s.cpu_dur_us), fmt_time(s.gpu_dur_us), f"{s.gpu_busy_pct:.1f}%"] for s in last]
     _table(console, ["step", "CPU time", "GPU time", "GPU busy"], rows)
     if hidden:
         console.print(f"  {hidden_steps_line(hidden)}")
@@ -209,18 +199,18 @@ def _annotations(console: Console, a: AnnotationSummary) -> None:
     """Time per top-level user annotation, the rest of the steps' time, and the bottleneck."""
     kind = "GPU" if a.basis == "gpu" else "CPU"
     first, hidden, last = elide(a.rows)
-    rows = [[_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls)] for r in first]
+    rows = [[_name(r.name), fmt_time(r.time_us), f"{r.share_pct:.1f}%", str(r.calls)] for r in first]
     if hidden:
         rows.append(
             [
                 f"… {len(hidden):,} more annotations",
-                _ms(sum(r.time_us for r in hidden)),
+                fmt_time(sum(r.time_us for r in hidden)),
                 f"{sum(r.share_pct for r in hidden):.1f}%",
                 str(sum(r.calls for r in hidden)),
             ]
         )
-    rows += [[_name(r.name), _ms(r.time_us), f"{r.share_pct:.1f}%", str(r.calls)] for r in last]
-    rows.append(["(outside annotations)", _ms(a.unannotated_us), f"{a.unannotated_pct:.1f}%", ""])
+    rows += [[_name(r.name), fmt_time(r.time_us), f"{r.share_pct:.1f}%", str(r.calls)] for r in last]
+    rows.append(["(outside annotations)", fmt_time(a.unannotated_us), f"{a.unannotated_pct:.1f}%", ""])
     _table(console, ["annotation", f"{kind} time", "share", "calls"], rows)
     if a.basis != "gpu":
         console.print("  (CPU time: the trace has no GPU activity)")
@@ -237,9 +227,8 @@ def _findings(console: Console, report: Report) -> None:
         head = f"{i}. [{_name(sev)}] {_name(f.rule)} ({_name(f.code)}){who}: "
         console.print(Text(head, style=_SEVERITY_STYLE.get(sev, "")) + Text(_text(f.message)))
         if f.impact is not None:
-            console.print(
-                f"   impact: {_ms(f.impact.time_us)} ({f.impact.share_pct:.1f}% of the step): {_text(f.impact.basis)}"
-            )
+            impact = f"{fmt_time(f.impact.time_us)} ({f.impact.share_pct:.1f}% of the step)"
+            console.print(f"   impact: {impact}: {_text(f.impact.basis)}")
         loc = f.location
         if loc is not None:
             label = "at" if loc.line_kind == "exact" else "in"  # "in step (defined at train.py:30)"
@@ -270,7 +259,7 @@ def _roofline(console: Console, r: RooflineSummary) -> None:
             _name(k.name),
             _name(k.op),
             _name(k.dtype),
-            _ms(k.time_us),
+            fmt_time(k.time_us),
             num(k.intensity, ".1f"),
             num(k.achieved_tflops, ".1f"),
             num(k.achieved_gbs, ".0f"),
