@@ -176,15 +176,7 @@ class Rule(Generic[O]):
         impact = None
         if per_step is not None:
             scenario, saving_ns, step_ns = per_step
-            steps = max(1, len(trace.steps.table))
-            share = 100.0 * saving_ns / step_ns if step_ns > 0 else 0.0
-            impact = Impact(
-                time_us=saving_ns * steps / 1000.0,
-                share_pct=share,
-                basis=basis,
-                saving_per_step_us=saving_ns / 1000.0,
-                scenario=scenario,
-            )
+            impact = per_step_impact(saving_ns, step_ns, max(1, len(trace.steps.table)), basis, scenario)
         elif impact_ns is not None:
             window = trace.analysed_ns
             share = 100.0 * impact_ns / window if window > 0 else 0.0
@@ -213,6 +205,18 @@ class Rule(Generic[O]):
 
 
 AnyRule = Rule[Any]  # a rule of any options type (what the engine handles)
+
+
+def per_step_impact(saving_ns: float, step_ns: float, steps: int, basis: str, scenario: str | None) -> Impact:
+    """The impact of a saving per step (a replay difference): over ``steps`` steps in all, its
+    share that saving over ``step_ns`` (the predicted unprofiled step it is cut from)."""
+    return Impact(
+        time_us=saving_ns * steps / 1000.0,
+        share_pct=100.0 * saving_ns / step_ns if step_ns > 0 else 0.0,
+        basis=basis,
+        saving_per_step_us=saving_ns / 1000.0,
+        scenario=scenario,
+    )
 
 
 def _bound_options(cls: type) -> Any:
@@ -295,13 +299,7 @@ class RankRule(Rule[O]):
         impact = None
         if saving_per_step_ns is not None and step_ns:
             steps = max(1, int(run.breakdown["step"].nunique())) if len(run.breakdown) else 1
-            impact = Impact(
-                time_us=saving_per_step_ns * steps / 1000.0,
-                share_pct=100.0 * saving_per_step_ns / step_ns,
-                basis=basis,
-                saving_per_step_us=saving_per_step_ns / 1000.0,
-                scenario=scenario,
-            )
+            impact = per_step_impact(saving_per_step_ns, step_ns, steps, basis, scenario)
         return Finding(
             code=self.code,
             rule=self.name,
