@@ -89,7 +89,7 @@ class _Connection:
                     raw, buf = buf.split(b"\0", 1)
                     if raw:
                         self._dispatch(json.loads(raw))
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a message that is not JSON
             reason = f"pipe from Chromium failed: {e}"
         else:
             reason = "Chromium closed the pipe (it exited or crashed)"
@@ -111,6 +111,10 @@ class _Connection:
 
     def add_listener(self, listener: Callable[[JSON], None]) -> None:
         self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[JSON], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     def event_mark(self) -> int:
         """A position in the event stream: ``wait_event(after=mark)`` sees only later events."""
@@ -195,6 +199,11 @@ class Page:
 
     def send(self, method: str, params: JSON | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> JSON:
         return self._conn.send(method, params, session=self.session, timeout=timeout)
+
+    def close(self) -> None:
+        """Close the tab (its session ends with it)."""
+        self._conn.remove_listener(self._on_event)
+        self._conn.send("Target.closeTarget", {"targetId": self.target_id})
 
     def goto(self, url: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         """Navigate and wait for the page's load event."""
