@@ -313,7 +313,7 @@ def _analyze(
     select: list[str] | None,
     ignore: list[str] | None,
     start: Path,
-    program_stdout: ProgramStdout,
+    program_stdout: ProgramStdout | None = None,
 ) -> int:
     """Analyse the captured traces and write the report as ``traceadvisor analyze`` would (the same
     library calls, warnings, errors and output), with the configuration found from ``start``, the
@@ -336,7 +336,7 @@ def _analyze(
             report = analyze_or_fail(paths, cfg, MAX_ANALYSIS_BYTES)
             width = report_width(destination)
             data = render(report, fmt, color=to_terminal(destination), width=width)
-            with program_stdout.report():  # only the report reaches stdout
+            with (program_stdout or ProgramStdout(False)).report():  # only the report reaches stdout
                 write_report(data, destination)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
