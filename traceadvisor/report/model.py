@@ -12,7 +12,7 @@ data that a renderer, the advisor or a test can build and read without pandas.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -441,6 +441,46 @@ class StepTime:
         return None if d is None else cls(**d)
 
 
+@dataclass(frozen=True, slots=True)
+class StepVariation:
+    """``traces[].step_variation``: how far the profiled steps' spans differ. A step's span runs
+    from its CPU start to the later of its CPU end and its GPU end (its work done); steps of zero
+    span are left out. ``unstable``: the slowest is at least ``summary/steps.UNSTABLE_STEP_RATIO``
+    times the fastest, so a mean per step describes no real step."""
+
+    min_us: float
+    max_us: float
+    ratio: float
+    slowest: str  # the slowest step's name
+    slowest_is_first: bool  # often warm-up work: allocator growth, cuDNN/Triton autotuning, compiling
+    steps: int
+    unstable: bool
+
+    def describe(self, fmt: Callable[[float], str]) -> str:
+        """One line for a report, times written by ``fmt`` (the renderers' ``fmt_time``)."""
+        times = f"{self.ratio:.1f}" if self.ratio < 10 else f"{self.ratio:.0f}"
+        first = " (the first: warm-up?)" if self.slowest_is_first else ""
+        return (
+            f"steps vary {times}x: {fmt(self.min_us)} to {fmt(self.max_us)}, slowest {self.slowest}{first}; "
+            "per-step means mix them"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "min_us": self.min_us,
+            "max_us": self.max_us,
+            "ratio": self.ratio,
+            "slowest": self.slowest,
+            "slowest_is_first": self.slowest_is_first,
+            "steps": self.steps,
+            "unstable": self.unstable,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> StepVariation | None:
+        return None if d is None else cls(**d)
+
+
 # The kinds of span a timeline lane draws (``TimelineLane.kind`` indexes it); idle gaps use the
 # idle causes (``Timeline.causes``) instead.
 TIMELINE_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "python", "annotation")
@@ -450,7 +490,9 @@ TIMELINE_KINDS = ("kernel", "memcpy", "memset", "cpu_op", "python", "annotation"
 class TimelineLane:
     """One lane of the HTML report's timeline: a host thread (CPU ops and annotations, nested by
     ``depth``), its Python frames, a GPU stream, or a device's idle gaps (``role``: ``thread``,
-    ``python``, ``stream``, ``idle``). Columns, sorted by start; ``name`` indexes ``Timeline.names``,
+    ``python``, ``stream``, ``idle``). Columns, sorted by start (``start_us``: after the timeline's
+    ``origin_ns``, so that it keeps whole ns, which a trace's absolute µs in a float cannot: at
+    4.4e12 µs a double's step is ~1 ns); ``name`` indexes ``Timeline.names``,
     ``kind`` indexes ``TIMELINE_KINDS`` (for ``idle``: ``Timeline.causes``)."""
 
     label: str
@@ -488,12 +530,14 @@ class TimelineLane:
 @dataclass(frozen=True, slots=True)
 class Timeline:
     """The compact timeline of one trace that the HTML report draws (``summary/timeline.py``):
-    lanes of spans inside ``[start_us, end_us]`` (the trace's own clock), the names they index, and
+    lanes of spans over ``[start_us, end_us]`` (the trace's own clock; ``origin_ns``, the start in
+    exact ns, is what the lanes' starts count from), the names they index, and
     what was left out (``sampled``: None when every span of the window is there). Only the HTML
     report asks for it (``analyze(..., timeline=True)``); it is absent from the other outputs."""
 
     start_us: float
     end_us: float
+    origin_ns: int
     names: tuple[str, ...]
     causes: tuple[str, ...]
     lanes: tuple[TimelineLane, ...]
@@ -505,6 +549,7 @@ class Timeline:
         return {
             "start_us": self.start_us,
             "end_us": self.end_us,
+            "origin_ns": self.origin_ns,
             "names": list(self.names),
             "causes": list(self.causes),
             "lanes": _dicts(self.lanes),
@@ -520,6 +565,7 @@ class Timeline:
         return cls(
             start_us=d["start_us"],
             end_us=d["end_us"],
+            origin_ns=d["origin_ns"],
             names=tuple(d["names"]),
             causes=tuple(d["causes"]),
             lanes=tuple(TimelineLane.from_dict(x) for x in d["lanes"]),
@@ -564,6 +610,8 @@ class TraceSummary:
     measured_unprofiled_step_us: MeasuredSteps | None = None
     # Profiled and predicted unprofiled step time, GPU busy on both; None without steps or a GPU.
     step_time: StepTime | None = None
+    # How far the profiled steps' spans differ (None with fewer than two steps of some length).
+    step_variation: StepVariation | None = None
     # The HTML report's timeline (``analyze(..., timeline=True)``); None otherwise. Written by
     # ``to_dict`` only when present, so the JSON report of an ordinary analysis has no such key.
     timeline: Timeline | None = None
@@ -599,6 +647,7 @@ class TraceSummary:
             "measured_unprofiled_step_us": _maybe_dict(self.measured_unprofiled_step_us),
             "unprofiled_step_us": self.unprofiled_step_us,
             "step_time": _maybe_dict(self.step_time),
+            "step_variation": _maybe_dict(self.step_variation),
         }
         if self.timeline is not None:
             d["timeline"] = self.timeline.to_dict()
@@ -631,6 +680,7 @@ class TraceSummary:
             replay_external_wait_us=d.get("replay_external_wait_us"),
             measured_unprofiled_step_us=MeasuredSteps.from_dict(d.get("measured_unprofiled_step_us")),
             step_time=StepTime.from_dict(d.get("step_time")),
+            step_variation=StepVariation.from_dict(d.get("step_variation")),
             timeline=Timeline.from_dict(d.get("timeline")),
         )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import gzip
 import html
+import itertools
 import json
 import math
 import re
@@ -336,56 +337,82 @@ def _roofline_one(r: RooflineSummary) -> str:
     if p is None:
         return f'<p class="note">roofline: {_h(r.reason)}</p>'
     flops = {d: v for d, v in p.tflops.items() if v}
+    bounds = ", ".join(f"{b.bound} {b.share_pct:.1f}%" for b in r.by_bound) or "no modelled kernels"
     head = (
         f"<p>{_h(p.model or p.device)}: {p.memory_bandwidth_gbs:g} GB/s; TFLOP/s "
-        f"{_h(', '.join(f'{d} {v:g}' for d, v in flops.items()))}; {r.modelled_pct:.1f}% of kernel time modelled: "
-        f"{_h(', '.join(f'{b.bound} {b.share_pct:.1f}%' for b in r.by_bound) or 'no modelled kernels')}</p>"
+        f"{_h(', '.join(f'{d} {v:g}' for d, v in flops.items()))}; {r.modelled_pct:.1f}% of kernel time "
+        f"modelled: {_h(bounds)}</p>"
     )
     head += "".join(f'<p class="note">{_h(", ".join(f))}: {_h(s)}</p>' for s, f in figures_by_source(p.sources).items())
-    points = [
-        k for k in r.top_kernels if k.intensity and k.achieved_tflops and k.intensity > 0 and k.achieved_tflops > 0
-    ]
-    xs = [k.intensity or 1.0 for k in points] + [0.1, 1000.0]
-    peak = max(flops.values(), default=1.0) or 1.0
-    ys = [k.achieved_tflops or 1.0 for k in points] + [peak]
-    x0, x1 = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
-    y0, y1 = math.floor(math.log10(min(min(ys), peak / 1e4))), math.ceil(math.log10(max(ys)))
-
-    def px(x: float) -> float:
-        return _ML + (math.log10(x) - x0) / (x1 - x0) * (_W - _ML - _MR)
-
-    def py(y: float) -> float:
-        return _H - _MB - (math.log10(y) - y0) / (y1 - y0) * (_H - _MB - _MT)
-
-    svg = [f'<svg class="roofline" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
-           'aria-label="roofline: achieved TFLOP/s against arithmetic intensity">']  # fmt: skip
-    for e in range(x0, x1 + 1):
-        svg.append(f'<line class="grid" x1="{px(10**e):.1f}" y1="{_MT}" x2="{px(10**e):.1f}" y2="{_H - _MB}"/>'
-                   f'<text class="tick" x="{px(10**e):.1f}" y="{_H - _MB + 14}">1e{e}</text>')  # fmt: skip
-    for e in range(y0, y1 + 1):
-        svg.append(f'<line class="grid" x1="{_ML}" y1="{py(10**e):.1f}" x2="{_W - _MR}" y2="{py(10**e):.1f}"/>'
-                   f'<text class="tick y" x="{_ML - 4}" y="{py(10**e) + 4:.1f}">1e{e}</text>')  # fmt: skip
-    bw = p.memory_bandwidth_gbs / 1000.0  # TFLOP/s per FLOP/B
-    for d, v in flops.items():
-        knee = v / bw if bw > 0 else 10.0**x1
-        lo = 10.0**x0
-        pts = [(lo, min(v, lo * bw)), (min(max(knee, lo), 10.0**x1), min(v, min(max(knee, lo), 10.0**x1) * bw)),
-               (10.0**x1, v)]  # fmt: skip
-        path = " ".join(f"{px(x):.1f},{py(max(y, 10.0**y0)):.1f}" for x, y in pts)
-        svg.append(f'<polyline class="roof" points="{path}"><title>{_h(d)} roof: {v:g} TFLOP/s, '
-                   f"{p.memory_bandwidth_gbs:g} GB/s</title></polyline>"
-                   f'<text class="roof-label" x="{_W - _MR - 4}" y="{py(v) - 4:.1f}" text-anchor="end">{_h(d)}</text>')  # fmt: skip
-    for k in points:
-        title = (f"{k.name} ({k.op}, {k.dtype}): {ms(k.time_us)}, {num(k.intensity, '.1f')} FLOP/B, "
-                 f"{num(k.achieved_tflops, '.1f')} TFLOP/s, roof {num(k.roof_pct, '.0f', '%')}, {k.bound}")  # fmt: skip
-        r_px = 3 + min(6.0, math.sqrt(max(k.share_pct, 0.0)))
-        svg.append(f'<circle class="pt bound-{_h(k.bound)}" cx="{px(k.intensity or 1):.1f}" '
-                   f'cy="{py(k.achieved_tflops or 1):.1f}" r="{r_px:.1f}"><title>{_h(title, NAME_LIMIT * 2)}</title></circle>')  # fmt: skip
-    svg.append(f'<text class="axis" x="{(_W + _ML) / 2}" y="{_H - 6}" text-anchor="middle">FLOP/byte</text>'
-               f'<text class="axis" x="14" y="{_H / 2}" transform="rotate(-90 14 {_H / 2})" '
-               'text-anchor="middle">TFLOP/s</text></svg>')  # fmt: skip
     note = f'<p class="note">{_h(ABOVE_ROOF_NOTE)}</p>' if above_roof(r.top_kernels) else ""
-    return head + "".join(svg) + note
+    return head + _roofline_svg(r, p.memory_bandwidth_gbs, flops) + note
+
+
+class _LogAxes:
+    """Decades of intensity (FLOP/B) and throughput (TFLOP/s) mapped onto the SVG's plot area."""
+
+    def __init__(self, xs: list[float], ys: list[float]) -> None:
+        self.x0, self.x1 = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
+        self.y0, self.y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
+        self.x1 = max(self.x1, self.x0 + 1)
+        self.y1 = max(self.y1, self.y0 + 1)
+
+    def px(self, x: float) -> float:
+        return _ML + (math.log10(x) - self.x0) / (self.x1 - self.x0) * (_W - _ML - _MR)
+
+    def py(self, y: float) -> float:
+        return _H - _MB - (math.log10(max(y, 10.0**self.y0)) - self.y0) / (self.y1 - self.y0) * (_H - _MB - _MT)
+
+
+def _roofline_svg(r: RooflineSummary, bandwidth_gbs: float, flops: dict[str, float]) -> str:
+    """The scatter: one circle per modelled kernel (size by its share of kernel time), one roof per
+    dtype (``min(peak, intensity × bandwidth)``), log axes."""
+    points = [k for k in r.top_kernels if (k.intensity or 0) > 0 and (k.achieved_tflops or 0) > 0]
+    peak = max(flops.values(), default=1.0)
+    ax = _LogAxes(
+        [k.intensity or 1.0 for k in points] + [0.1, 1000.0],
+        [k.achieved_tflops or 1.0 for k in points] + [peak, peak / 1e4],
+    )
+    svg = [
+        f'<svg class="roofline" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" '
+        'aria-label="roofline: achieved TFLOP/s against arithmetic intensity">'
+    ]
+    for e in range(ax.x0, ax.x1 + 1):
+        x = ax.px(10.0**e)
+        svg.append(f'<line class="grid" x1="{x:.1f}" y1="{_MT}" x2="{x:.1f}" y2="{_H - _MB}"/>')
+        svg.append(f'<text class="tick" x="{x:.1f}" y="{_H - _MB + 14}">1e{e}</text>')
+    for e in range(ax.y0, ax.y1 + 1):
+        y = ax.py(10.0**e)
+        svg.append(f'<line class="grid" x1="{_ML}" y1="{y:.1f}" x2="{_W - _MR}" y2="{y:.1f}"/>')
+        svg.append(f'<text class="tick y" x="{_ML - 4}" y="{y + 4:.1f}">1e{e}</text>')
+    bw = bandwidth_gbs / 1000.0  # TFLOP/s per FLOP/B
+    lo, hi = 10.0**ax.x0, 10.0**ax.x1
+    roofs: dict[float, list[str]] = {}  # dtypes of one peak (fp16 and bf16) share their roof
+    for d, v in flops.items():
+        roofs.setdefault(v, []).append(d)
+    for v, dtypes in roofs.items():
+        dtype = ", ".join(dtypes)
+        knee = min(max(v / bw, lo), hi) if bw > 0 else hi
+        path = " ".join(f"{ax.px(x):.1f},{ax.py(min(v, x * bw)):.1f}" for x in (lo, knee, hi))
+        svg.append(
+            f'<polyline class="roof" points="{path}"><title>{_h(dtype)} roof: {v:g} TFLOP/s, '
+            f"{bandwidth_gbs:g} GB/s</title></polyline>"
+        )
+        svg.append(f'<text class="roof-label" x="{_W - _MR - 4}" y="{ax.py(v) - 4:.1f}">{_h(dtype)}</text>')
+    for k in points:
+        title = (
+            f"{k.name} ({k.op}, {k.dtype}): {ms(k.time_us)}, {num(k.intensity, '.1f')} FLOP/B, "
+            f"{num(k.achieved_tflops, '.1f')} TFLOP/s, roof {num(k.roof_pct, '.0f', '%')}, {k.bound}"
+        )
+        radius = 3 + min(6.0, math.sqrt(max(k.share_pct, 0.0)))
+        svg.append(
+            f'<circle class="pt bound-{_h(k.bound)}" cx="{ax.px(k.intensity or 1.0):.1f}" '
+            f'cy="{ax.py(k.achieved_tflops or 1.0):.1f}" r="{radius:.1f}"><title>{_h(title, NAME_LIMIT * 2)}</title>'
+            "</circle>"
+        )
+    svg.append(f'<text class="axis" x="{(_W + _ML) / 2}" y="{_H - 6}">FLOP/byte</text>')
+    svg.append(f'<text class="axis" x="14" y="{_H / 2}" transform="rotate(-90 14 {_H / 2})">TFLOP/s</text></svg>')
+    return "".join(svg)
 
 
 # -- the timeline's data --
@@ -414,11 +441,13 @@ def _page_timelines(report: Report) -> tuple[list[tuple[TraceSummary, Timeline]]
     return [(t, tl) for i, (t, tl) in enumerate(have) if i in kept], left
 
 
-def _deltas_ns(starts_us: Iterable[float]) -> tuple[float, list[int]]:
-    ns = [round(s * 1000) for s in starts_us]
+def _deltas_ns(origin_ns: int, starts_us: Iterable[float]) -> tuple[int, list[int]]:
+    """The first start in whole ns (the trace's clock) and each start's difference from the one
+    before: the page computes a start as ``(t0 + running sum) / 1000``, as the model does µs."""
+    ns = [origin_ns + round(s * 1000) for s in starts_us]
     if not ns:
-        return 0.0, []
-    return ns[0] / 1000.0, [ns[0] - ns[0]] + [b - a for a, b in zip(ns, ns[1:], strict=False)]
+        return origin_ns, []
+    return ns[0], [0] + [b - a for a, b in itertools.pairwise(ns)]
 
 
 def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -> str:
@@ -426,7 +455,7 @@ def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -
     for t, tl in timelines:
         lanes = []
         for lane in tl.lanes:
-            t0, ds = _deltas_ns(lane.start_us)
+            t0, ds = _deltas_ns(tl.origin_ns, lane.start_us)
             lanes.append(
                 {
                     "label": escape_controls(lane.label),

@@ -58,12 +58,13 @@ def timeline_of(trace: Trace, focus_ns: Sequence[tuple[int, int]] = (), max_span
         chosen = chosen.sort_values("start", kind="stable").iloc[:max_spans]
         cut = int(chosen["start"].iloc[-1]) + 1
         ranges = [(lo, min(hi, cut)) for lo, hi in ranges if lo < cut]
-    lanes, names = _lanes(trace, chosen)
     lo = min(lo for lo, _ in ranges)
     hi = max(hi for _, hi in ranges)
+    lanes, names = _lanes(trace, chosen, lo)
     return Timeline(
         start_us=us(lo),
         end_us=us(hi),
+        origin_ns=lo,
         names=names,
         causes=CAUSES,
         lanes=lanes,
@@ -171,7 +172,8 @@ def _all_spans(trace: Trace) -> pd.DataFrame:
             _frame(_IDLE, np.full(n, device), np.zeros(n, np.int64), idle["start_ns"], idle["end_ns"], detail, cause)
         )
     if not parts:
-        return _frame(_THREAD, *(np.empty(0, np.int64) for _ in range(4)), np.empty(0, object), np.empty(0, np.int64))
+        none = np.empty(0, np.int64)
+        return _frame(_THREAD, none, none, none, none, np.empty(0, object), none)
     return pd.concat(parts, ignore_index=True)
 
 
@@ -209,7 +211,7 @@ def _depths(group: pd.DataFrame) -> I64:
     return depth
 
 
-def _lanes(trace: Trace, spans: pd.DataFrame) -> tuple[tuple[TimelineLane, ...], tuple[str, ...]]:
+def _lanes(trace: Trace, spans: pd.DataFrame, origin: int) -> tuple[tuple[TimelineLane, ...], tuple[str, ...]]:
     codes, uniques = pd.factorize(spans["name"].map(str), sort=False)
     spans = spans.assign(code=codes)
     prefix = "" if trace.rank is None else f"rank {trace.rank} · "
@@ -228,7 +230,7 @@ def _lanes(trace: Trace, spans: pd.DataFrame) -> tuple[tuple[TimelineLane, ...],
             TimelineLane(
                 label=prefix + _label(trace, int(role), int(a), int(b)),
                 role=_ROLES[int(role)],
-                start_us=tuple(x / 1000.0 for x in g["start"].tolist()),
+                start_us=tuple(x / 1000.0 for x in (g["start"] - origin).tolist()),
                 dur_us=tuple(x / 1000.0 for x in (g["end"] - g["start"]).tolist()),
                 depth=tuple(g["depth"].tolist()),
                 name=tuple(g["code"].tolist()),

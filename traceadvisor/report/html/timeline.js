@@ -1,6 +1,6 @@
 /* traceadvisor HTML report: the timeline (canvas 2D, no framework) and the finding buttons.
  * Data: #ta-data holds base64 of gzip-compressed JSON (render_html.py); each lane's starts are
- * delta-coded whole ns from t0 (µs), durations whole ns. Times shown are the trace's own clock, µs.
+ * delta-coded whole ns after t0 (ns), durations whole ns. Times shown are the trace's own clock, µs.
  * Every trace-derived string reaches the page through textContent or the canvas, never as markup. */
 (function () {
   'use strict';
@@ -49,7 +49,7 @@
     var cum = 0;
     for (i = 0; i < n; i++) {
       cum += lane.ds[i];
-      var r = rows[lane.z[i]], j = r.len++, s = lane.t0 + cum / 1000, d = lane.d[i] / 1000;
+      var r = rows[lane.z[i]], j = r.len++, s = (lane.t0 + cum) / 1000, d = lane.d[i] / 1000;
       r.s[j] = s; r.e[j] = s + d; r.n[j] = lane.n[i]; r.k[j] = lane.k[i];
       if (d > r.maxDur) r.maxDur = d;
     }

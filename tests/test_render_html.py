@@ -1,0 +1,295 @@
+"""The HTML report at the Python level: one self-contained page, the timeline's data decoded as the
+page decodes it (base64, gzip, JSON), one article per finding, the finding windows of
+``traceadvisor open``, the page size on real traces, hostile names escaped, and the timeline kept
+out of the other outputs and of the rank-summary cache. (The page in a real browser:
+tests/test_html_browser.py.)"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceadvisor.open_command import finding_window
+from traceadvisor.pipeline import analyze, analyze_scaled
+from traceadvisor.report import FORMATS, render
+from traceadvisor.report.model import TIMELINE_KINDS, Report, TraceSummary
+from traceadvisor.summary.timeline import timeline_of
+from traceadvisor.trace.load import load
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_STEP = ROOT / "fixtures" / "traces" / "train_step.json.gz"
+MULTIRANK = ROOT / "fixtures" / "traces" / "multirank" / "input_delay_4r"
+MAX_PAGE_BYTES = 2 * 1024 * 1024
+
+
+class _Page(HTMLParser):
+    """The tags of a page (name, attributes), its scripts' text by id, and the text of each
+    element with an id."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self._in_script: dict[str, str | None] | None = None
+        self._text: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._in_script = dict(attrs)
+            self._text = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._in_script is not None:
+            self.scripts.append((self._in_script, "".join(self._text)))
+            self._in_script = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script is not None:
+            self._text.append(data)
+        else:
+            self.text.append(data)
+
+
+def _parse(page: bytes) -> _Page:
+    p = _Page()
+    p.feed(page.decode("utf-8"))
+    p.close()
+    return p
+
+
+def _blob(page: bytes) -> dict[str, Any]:
+    scripts = [text for attrs, text in _parse(page).scripts if attrs.get("id") == "ta-data"]
+    assert len(scripts) == 1
+    data: dict[str, Any] = json.loads(gzip.decompress(base64.b64decode(scripts[0].strip())))
+    return data
+
+
+def _starts_ns(lane: dict[str, Any]) -> list[int]:
+    out, cum = [], lane["t0"]
+    for d in lane["ds"]:
+        cum += d
+        out.append(cum)
+    return out
+
+
+def _starts_us(lane: dict[str, Any]) -> list[float]:
+    """A lane's starts as the page's script rebuilds them: t0 plus the running sum of the ns deltas."""
+    out, cum = [], 0
+    for d in lane["ds"]:
+        cum += d
+        out.append((lane["t0"] + cum) / 1000.0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def single() -> tuple[Report, bytes]:
+    report = analyze([TRAIN_STEP], timeline=True)
+    return report, render(report, "html")
+
+
+@pytest.fixture(scope="module")
+def multi() -> tuple[Report, bytes]:
+    report = analyze([MULTIRANK], timeline=True)
+    return report, render(report, "html")
+
+
+def test_html_is_a_format() -> None:
+    assert "html" in FORMATS
+
+
+def test_page_is_self_contained(single: tuple[Report, bytes]) -> None:
+    _, page = single
+    text = page.decode("utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    parsed = _parse(page)
+    for tag, attrs in parsed.tags:
+        assert "src" not in attrs, (tag, attrs)
+        assert tag not in ("link", "img", "iframe", "object", "embed"), tag
+        if "href" in attrs:
+            assert tag == "a" and (attrs["href"] or "").startswith("https://"), (tag, attrs)
+    assert "@import" not in text and "url(" not in text
+    kinds = sorted(attrs.get("type") or "" for attrs, _ in parsed.scripts)
+    assert kinds == ["", "application/octet-stream"]  # the timeline script and the data
+    ids = {attrs.get("id") for _, attrs in parsed.tags}
+    for needed in ("verdict", "findings", "timeline", "timeline-canvas", "timeline-tooltip", "steps", "roofline"):
+        assert needed in ids
+    assert "annotations" in ids
+    assert "ranks" not in ids  # one trace: no rank section
+
+
+def test_timeline_data_decodes_to_the_trace(single: tuple[Report, bytes]) -> None:
+    report, page = single
+    data = _blob(page)
+    assert data["kinds"] == list(TIMELINE_KINDS)
+    (tr,) = data["traces"]
+    tl = report.traces[0].timeline
+    assert tl is not None and tl.sampled is None  # a small trace is drawn whole
+    trace = load([TRAIN_STEP])[0]
+    tables = (trace.host, trace.frames, trace.gpu)
+    first = min(int(t["ts_ns"].min()) for t in tables)
+    last = max(int(t["end_ns"].max()) for t in tables)
+    lo, hi = round(tr["start_us"] * 1000), round(tr["end_us"] * 1000)
+    assert first <= lo < hi <= last
+    roles = {lane["role"] for lane in tr["lanes"]}
+    assert roles == {"thread", "python", "stream", "idle"}
+    spans = 0
+    for lane, model in zip(tr["lanes"], tl.lanes, strict=True):
+        starts = _starts_us(lane)
+        # whole ns survive the coding: the model's offsets from origin_ns, exactly
+        assert [(x - tl.origin_ns) / 1000.0 for x in _starts_ns(lane)] == list(model.start_us)
+        assert [d / 1000.0 for d in lane["d"]] == list(model.dur_us)
+        assert starts == sorted(starts)
+        start_ns = lane["t0"]
+        for delta, d in zip(lane["ds"], lane["d"], strict=True):
+            start_ns += delta
+            assert start_ns <= hi and start_ns + d >= lo  # overlaps the timeline's window
+            assert first <= start_ns and start_ns + d <= last  # inside the trace
+        assert all(0 <= n < len(tr["names"]) for n in lane["n"])
+        limit = len(tr["causes"]) if lane["role"] == "idle" else len(TIMELINE_KINDS)
+        assert all(0 <= k < limit for k in lane["k"])
+        spans += len(starts)
+    assert spans == tl.spans > 1000
+    # the idle lane is the report's idle attribution: same gaps, same total per cause
+    idle = next(lane for lane in tr["lanes"] if lane["role"] == "idle")
+    by_cause: dict[str, float] = {}
+    for k, d in zip(idle["k"], idle["d"], strict=True):
+        by_cause[tr["causes"][k]] = by_cause.get(tr["causes"][k], 0.0) + d / 1000.0
+    for row in report.traces[0].idle_breakdown:
+        assert by_cause.get(row.cause, 0.0) == pytest.approx(row.idle_us, abs=0.01)
+    kernels = next(lane for lane in tr["lanes"] if lane["role"] == "stream")
+    assert TIMELINE_KINDS[kernels["k"][0]] in ("kernel", "memcpy", "memset")
+
+
+def test_one_article_per_finding(single: tuple[Report, bytes]) -> None:
+    report, page = single
+    assert report.findings
+    articles = [a for t, a in _parse(page).tags if t == "article"]
+    assert [a.get("id") for a in articles] == [f"finding-{n}" for n in range(1, len(report.findings) + 1)]
+    for a, f in zip(articles, report.findings, strict=True):
+        assert (a.get("data-code"), a.get("data-rule"), a.get("data-severity")) == (f.code, f.rule, f.severity.value)
+    text = page.decode()
+    for n, _ in enumerate(report.findings, 1):
+        assert f'<code class="perfetto-command">traceadvisor open {TRAIN_STEP} --at {n}</code>' in text
+
+
+def test_finding_windows_are_open_commands(single: tuple[Report, bytes]) -> None:
+    report, page = single
+    windows = _blob(page)["findingWindows"]
+    buttons = {a.get("data-finding") for t, a in _parse(page).tags if t == "button" and "data-finding" in a}
+    expected = {}
+    for n, f in enumerate(report.findings, 1):
+        w = finding_window(f, next(t for t in report.traces if t.path == f.trace))
+        if w is not None:
+            expected[str(n)] = {"start_us": w.start_ns / 1000.0, "end_us": w.end_ns / 1000.0}
+    assert windows == expected and len(expected) == len(report.findings)
+    assert buttons == set(expected)
+
+
+def test_page_sizes(single: tuple[Report, bytes], multi: tuple[Report, bytes]) -> None:
+    assert len(single[1]) < MAX_PAGE_BYTES
+    page = multi[1]
+    assert len(page) < MAX_PAGE_BYTES
+    data = _blob(page)
+    assert sorted(t["rank"] for t in data["traces"]) == [0, 1, 2, 3]
+    labels = [lane["label"] for t in data["traces"] for lane in t["lanes"]]
+    assert any(x.startswith("rank 3 · ") for x in labels)
+
+
+def test_multirank_page_has_ranks_and_each_rank(multi: tuple[Report, bytes]) -> None:
+    report, page = multi
+    assert report.ranks is not None and report.ranks.straggler is not None
+    parsed = _parse(page)
+    assert "ranks" in {a.get("id") for _, a in parsed.tags}
+    stragglers = [a for t, a in parsed.tags if t == "tr" and a.get("class") == "straggler"]
+    assert len(stragglers) == 1
+    # open analyses one trace alone, where numbers differ: the rule's code names the finding
+    text = page.decode()
+    f = report.findings[0]
+    assert f"--at {f.code}</code>" in text
+
+
+def test_scaled_path_carries_each_ranks_timeline_and_skips_the_cache(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for p in sorted(MULTIRANK.glob("*.json.gz")):
+        shutil.copy(p, folder / p.name)
+    plain = analyze_scaled([folder], jobs=1)  # writes the cache: summaries without timelines
+    assert all(t.timeline is None for t in plain.traces)
+    cached = sorted(folder.glob("*.tasummary"))
+    assert len(cached) == 4
+    stamps = [p.stat().st_mtime_ns for p in cached]
+    report = analyze_scaled([folder], jobs=1, timeline=True)
+    assert [t.timeline is not None for t in report.traces] == [True] * 4
+    assert [p.stat().st_mtime_ns for p in cached] == stamps  # neither read for it nor rewritten
+    assert "timeline" not in json.loads(render(analyze_scaled([folder], jobs=1), "json"))["traces"][0]
+
+
+def test_timeline_only_when_asked(single: tuple[Report, bytes]) -> None:
+    report, _ = single
+    plain = analyze([TRAIN_STEP])
+    assert all(t.timeline is None for t in plain.traces)
+    assert "timeline" not in json.loads(render(plain, "json"))["traces"][0]
+    d = report.traces[0].to_dict()
+    assert "timeline" in d
+    assert TraceSummary.from_dict(d) == report.traces[0]
+    assert Report.from_dict(report.to_dict()) == report
+
+
+def test_a_large_trace_is_sampled_by_steps_around_the_findings() -> None:
+    trace = load([TRAIN_STEP])[0]
+    whole = timeline_of(trace)
+    steps = trace.steps.table
+    assert len(steps) >= 3
+    # focus on the last step: the timeline keeps the first step and the last, within the budget
+    assert len(steps) == 3
+    last_lo, last_hi = int(steps["cpu_start_ns"].iloc[-1]), int(steps["cpu_end_ns"].iloc[-1])
+    budget = whole.total_spans * 3 // 4  # two of the three steps
+    tl = timeline_of(trace, focus_ns=[(last_lo + 1000, last_lo + 2000)], max_spans=budget)
+    assert tl.sampled is not None and "steps" in tl.sampled
+    assert tl.spans <= budget
+    starts = [tl.origin_ns + round(s * 1000) for lane in tl.lanes for s in lane.start_us]
+    first_lo, first_hi = int(steps["cpu_start_ns"].iloc[0]), int(steps["cpu_end_ns"].iloc[0])
+    assert any(first_lo <= s < first_hi for s in starts)
+    assert any(last_lo <= s < last_hi for s in starts)
+    middle_lo, middle_hi = int(steps["cpu_start_ns"].iloc[1]), int(steps["cpu_end_ns"].iloc[1])
+    # the step between is left out: only spans that reach into a kept step start inside it
+    whole_starts = [whole.origin_ns + round(s * 1000) for lane in whole.lanes for s in lane.start_us]
+    inside = sum(middle_lo < s < middle_hi for s in starts)
+    assert inside < 0.1 * sum(middle_lo < s < middle_hi for s in whole_starts)
+    # a budget smaller than one step: cut at the budget
+    tiny = timeline_of(trace, max_spans=500)
+    assert tiny.spans <= 500 and tiny.sampled is not None
+
+
+def test_hostile_names_are_escaped(tmp_path: Path) -> None:
+    doc = json.loads(gzip.decompress(TRAIN_STEP.read_bytes()))
+    evil = '</script><script>alert(1)</script><img src=x onerror=alert(1)>"\u202e&amp;'
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "user_annotation", "python_function", "cpu_op") and renamed < 400:
+            e["name"] = e["name"] + evil
+            renamed += 1
+    doc["deviceProperties"][0]["name"] = "GPU" + evil
+    path = tmp_path / "evil<b>&'.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    report = analyze([path], timeline=True)
+    page = render(report, "html")
+    parsed = _parse(page)
+    assert [t for t, _ in parsed.tags if t in ("img", "b")] == []
+    assert len(parsed.scripts) == 2
+    text = page.decode()
+    assert "alert(1)</script>" not in text and "\u202e" not in text
+    assert "&lt;script&gt;alert(1)" in text and "\\u202e" in text
+    # the names reach the timeline's data intact (the script shows them as text, never as markup)
+    names = _blob(page)["traces"][0]["names"]
+    assert any(n.endswith('<img src=x onerror=alert(1)>"\\u202e&amp;') for n in names)
