@@ -154,7 +154,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
     from traceadvisor.summary.kernels import top_kernels
     from traceadvisor.summary.roofline import roofline_summary
     from traceadvisor.summary.step_time import step_time
-    from traceadvisor.summary.steps import step_summaries
+    from traceadvisor.summary.steps import step_summaries, step_variation
     from traceadvisor.summary.units import us
     from traceadvisor.whatif.replay import external_wait_per_step_ns, replay_error_pct
 
@@ -187,6 +187,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
         replay_external_wait_us=_us_or_none(external_wait_per_step_ns(trace)),
         measured_unprofiled_step_us=MeasuredSteps.of_key(trace.meta.traceadvisor),
         step_time=step_time(trace, main),
+        step_variation=step_variation(trace),
     )
 
 

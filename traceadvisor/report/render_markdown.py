@@ -86,6 +86,8 @@ def _trace(t: TraceSummary) -> list[str]:
         out.append(f"- replay: {replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))}")
     if (st := t.step_time) is not None:
         out.append(f"- step: {step_time_line(st)}")
+    if (v := t.step_variation) is not None and v.unstable:
+        out.append(f"- warning: {_text(v.describe(fmt_time))}")
     if (m := t.measured_unprofiled_step_us) is not None:
         out.append(f"- measured unprofiled step: {fmt_time(m.median_us)} (median of {m.count} steps, profiler off)")
     out += [f"- warning: {_text(w)}" for w in t.warnings[:ROW_LIMIT]]

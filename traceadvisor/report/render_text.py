@@ -162,6 +162,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
         console.print(f"  replay: {line} (what-if savings rest on it)")
     if (st := t.step_time) is not None:
         console.print(f"  step: {step_time_line(st)}")
+    if (v := t.step_variation) is not None and v.unstable:
+        console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(v.describe(fmt_time))}"))
     if (m := t.measured_unprofiled_step_us) is not None:
         console.print(f"  measured unprofiled step: {fmt_time(m.median_us)} (median of {m.count} steps, profiler off)")
     for w in t.warnings[:ROW_LIMIT]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traceadvisor.report.model import StepSummary
+from traceadvisor.report.model import StepSummary, StepVariation
 from traceadvisor.summary.units import pct, us
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
@@ -49,3 +49,41 @@ def step_summaries(trace: Trace, dev: int | None) -> tuple[StepSummary, ...]:
             )
         )
     return tuple(out)
+
+
+# Steps are flagged as unstable when the slowest spans at least this many times the fastest. A
+# ratio, not a coefficient of variation: a capture records few steps (3 to 5 by default), where
+# one outlier (the first step after warm-up growing the allocator's pools or autotuning cuDNN or
+# Triton kernels, a data-loader stall, a checkpoint) moves a CV little but is what makes a mean
+# per step describe no real step; and the ratio is what a reader checks against the steps table.
+# Steady loops stay well under it: the bundled GPU captures vary by 1.0x to 1.8x (sub-ms steps
+# jitter most), so 2x means one step did other work, and the savings per step are averages over it.
+UNSTABLE_STEP_RATIO = 2.0
+
+
+def step_variation(trace: Trace) -> StepVariation | None:
+    """How far the profiled steps' spans differ (``traces[].step_variation``): a step's span runs
+    from its CPU start to the later of its CPU end and its GPU end. None with fewer than two steps
+    of positive span."""
+    t = trace.steps.table
+    if len(t) < 2:
+        return None
+    cpu_start, cpu_end = t["cpu_start_ns"].to_numpy(), t["cpu_end_ns"].to_numpy()
+    gpu_end = np.where(t["gpu_start_ns"].to_numpy() >= 0, t["gpu_end_ns"].to_numpy(), cpu_end)
+    span = np.maximum(cpu_end, gpu_end) - cpu_start
+    keep = np.flatnonzero(span > 0)
+    if len(keep) < 2:
+        return None
+    spans = span[keep]
+    lo, hi = int(spans.min()), int(spans.max())
+    slowest = int(keep[int(spans.argmax())])
+    ratio = hi / lo
+    return StepVariation(
+        min_us=us(lo),
+        max_us=us(hi),
+        ratio=ratio,
+        slowest=str(t["name"].iloc[slowest]),
+        slowest_is_first=slowest == int(np.argmin(cpu_start)),
+        steps=len(keep),
+        unstable=ratio >= UNSTABLE_STEP_RATIO,
+    )
