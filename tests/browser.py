@@ -293,20 +293,26 @@ class Page:
             self._mouse("mouseMoved", x + dx * i / 5, y, button="left", buttons=1)
         self._mouse("mouseReleased", x + dx, y, button="left", buttons=0, clickCount=1)
 
-    def screenshot(self, path: str | Path | None = None, full_page: bool = False, selector: str | None = None) -> bytes:
-        """A PNG of the viewport, the whole page (``full_page``) or one element's box (``selector``);
-        written to ``path`` when given, returned always."""
+    def screenshot(
+        self, path: str | Path | None = None, full_page: bool = False, selector: str | None = None, pad: float = 0
+    ) -> bytes:
+        """A PNG of the viewport, the whole page (``full_page``) or one element's box (``selector``,
+        widened by ``pad`` CSS px on each side); written to ``path`` when given, returned always."""
         params: JSON = {"format": "png"}
         if selector is not None:
             b = self.box(selector)
             # The clip is in document coordinates: the viewport box plus the scroll offset.
+            left, top = b["x"] + b["scrollX"], b["y"] + b["scrollY"]
+            x, y = max(left - pad, 0.0), max(top - pad, 0.0)
             params["clip"] = {
-                "x": b["x"] + b["scrollX"],
-                "y": b["y"] + b["scrollY"],
-                "width": b["width"],
-                "height": b["height"],
+                "x": x,
+                "y": y,
+                "width": left + b["width"] + pad - x,
+                "height": top + b["height"] + pad - y,
                 "scale": 1,
             }
+            if b["height"] + 2 * pad > self.evaluate("window.innerHeight"):
+                params["captureBeyondViewport"] = True  # an element taller than the viewport
         elif full_page:
             m = self.send("Page.getLayoutMetrics")
             size = m.get("cssContentSize") or m["contentSize"]
