@@ -50,8 +50,8 @@ from traceadvisor.report.format import (
 from traceadvisor.report.model import TIMELINE_KINDS, Report, RooflineSummary, Timeline, TraceSummary
 from traceadvisor.report.safe_text import NAME_LIMIT, TEXT_LIMIT, escape_controls, shorten
 
-# Spans embedded in one page, all traces together: ~10 bytes each, so about 3 MB at most.
-MAX_SPANS_PAGE = 300_000
+# Spans embedded in one page, all traces together: ~8 bytes each, so about 5 MB at most.
+MAX_SPANS_PAGE = 600_000
 # Characters of a span name in the timeline's data (a 200 MB event name must not make a 200 MB page).
 TIMELINE_NAME_LIMIT = 300
 # As traceadvisor/open_command.py: context around a short evidence event, ns.

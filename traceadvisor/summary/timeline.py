@@ -27,8 +27,8 @@ from traceadvisor.trace.model import Trace
 
 I64 = npt.NDArray[np.int64]
 
-# About 10 bytes a span in the page (gzip + base64 of delta-coded ns): 60k spans is ~0.6 MB.
-MAX_SPANS = 60_000
+# About 8 bytes a span in the page (gzip + base64 of delta-coded ns): 120k spans is ~1 MB.
+MAX_SPANS = 120_000
 # Deeper host nesting is dropped: rows past this would make a lane taller than the screen.
 MAX_DEPTH = 24
 CPU_OP, PYTHON, ANNOTATION = (TIMELINE_KINDS.index(k) for k in ("cpu_op", "python", "annotation"))
