@@ -411,6 +411,11 @@ class Browser:
             raise BrowserError("browser not started")
         return self._conn.send(method, params, timeout=timeout)
 
+    @property
+    def pid(self) -> int | None:
+        """The browser process (its process group has the same id), while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
     def version(self) -> str:
         return str(self.send("Browser.getVersion")["product"])
 
