@@ -97,8 +97,8 @@ def test_the_command_line_prints_what_render_gives(tmp_path: Path) -> None:
 
 
 def test_render_refuses_an_unknown_format() -> None:
-    with pytest.raises(ValueError, match="unknown report format 'html'"):
-        render(Report(), "html")
+    with pytest.raises(ValueError, match="unknown report format 'pdf'"):
+        render(Report(), "pdf")
 
 
 def test_the_advisor_report_is_the_typed_report() -> None:
