@@ -198,6 +198,33 @@ def test_open_commands_name_a_finding_of_their_trace(
     assert not wrong, "\n".join(wrong)
 
 
+def test_steps_roofline_annotations_sections(page: Page, rendered: Rendered) -> None:
+    """The other sections: a row per step, a circle per modelled kernel drawn inside its plot, the
+    annotation section; and the page stays small."""
+    traces = rendered.report.traces
+    assert rendered.html.stat().st_size < 2_000_000
+    step_rows = page.evaluate("document.querySelectorAll('#steps table.steps tr').length")
+    with_steps = [t for t in traces if t.steps]
+    assert step_rows == sum(min(len(t.steps), 500) + 1 for t in with_steps)  # + a header each
+    expected_points = sum(
+        sum(1 for k in t.roofline.top_kernels if (k.intensity or 0) > 0 and (k.achieved_tflops or 0) > 0)
+        for t in traces
+        if t.roofline.peaks is not None
+    )
+    circles = page.evaluate(
+        """[...document.querySelectorAll('#roofline svg circle')].map(c => {
+             const r = c.getBoundingClientRect(), s = c.ownerSVGElement.getBoundingClientRect();
+             return r.width > 0 && r.left >= s.left - 1 && r.right <= s.right + 1
+                 && r.top >= s.top - 1 && r.bottom <= s.bottom + 1; })"""
+    )
+    assert len(circles) == expected_points
+    assert all(circles), "a roofline point is drawn outside its plot"
+    roofs = page.evaluate("document.querySelectorAll('#roofline svg polyline.roof').length")
+    assert (roofs > 0) == any(t.roofline.peaks is not None for t in traces)
+    assert page.evaluate("document.querySelector('#annotations') !== null")
+    assert page.evaluate("document.querySelector('#timeline #timeline-tooltip') !== null")
+
+
 def test_timeline_canvas_is_drawn(page: Page, rendered: Rendered) -> None:
     png = page.screenshot(selector="#timeline-canvas")
     pixels, drawn, colours = pixel_stats(png)
