@@ -211,10 +211,15 @@ def test_multirank_page_has_ranks_and_each_rank(multi: tuple[Report, bytes]) -> 
     assert "ranks" in {a.get("id") for _, a in parsed.tags}
     stragglers = [a for t, a in parsed.tags if t == "tr" and a.get("class") == "straggler"]
     assert len(stragglers) == 1
-    # open analyses one trace alone, where numbers differ: the rule's code names the finding
+    # open analyses one trace alone, where numbers differ: the rule's code names the finding; a
+    # cross-rank finding (no trace of its own) opens its rank's whole trace
     text = page.decode()
-    f = report.findings[0]
-    assert f"--at {f.code}</code>" in text
+    for f in report.findings:
+        if f.trace:
+            assert f"traceadvisor open {f.trace} --at {f.code}</code>" in text
+        else:
+            (path,) = [t.path for t in report.traces if t.rank == f.ranks[0]]
+            assert f"traceadvisor open {path}</code>" in text
 
 
 def test_scaled_path_carries_each_ranks_timeline_and_skips_the_cache(tmp_path: Path) -> None:

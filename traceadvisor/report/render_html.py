@@ -123,10 +123,16 @@ def finding_window_us(finding: Finding, trace: TraceSummary | None) -> tuple[flo
 
 def open_command(report: Report, n: int, finding: Finding) -> str:
     """The ``traceadvisor open`` command that shows finding ``n`` in Perfetto. With several ranks,
-    ``open`` analyses the one trace alone, where the numbers differ: the rule's code picks it."""
-    trace = finding.trace or (report.traces[0].path if report.traces else "TRACE")
-    at = finding.code if len(report.traces) > 1 else str(n)
-    return f"traceadvisor open {shlex.quote(trace)} --at {at}"
+    ``open`` analyses the one trace alone, where the numbers differ: the rule's code picks it; a
+    cross-rank finding (no trace of its own) opens its first rank's whole trace, since no trace
+    alone has it."""
+    if len(report.traces) <= 1:
+        trace = finding.trace or (report.traces[0].path if report.traces else "TRACE")
+        return f"traceadvisor open {shlex.quote(trace)} --at {n}"
+    if finding.trace:
+        return f"traceadvisor open {shlex.quote(finding.trace)} --at {shlex.quote(finding.code)}"
+    ranked = [t for r in finding.ranks for t in report.traces if t.rank == r] + list(report.traces)
+    return f"traceadvisor open {shlex.quote(ranked[0].path)}"
 
 
 def finding_windows(report: Report) -> dict[int, tuple[float, float]]:
