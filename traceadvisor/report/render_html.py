@@ -37,7 +37,7 @@ from traceadvisor.report.format import (
     RANK_COLUMNS,
     above_roof,
     figures_by_source,
-    ms,
+    fmt_time,
     num,
     rank_cells,
     rank_label,
@@ -186,8 +186,8 @@ def _traces(report: Report) -> str:
         rank = "" if t.rank is None else f" (rank {_h(t.rank)})"
         items = [
             f"device: {_h(dev)}",
-            f"window: {_h(ms(t.window_us))} ({_h(t.window_basis)})",
-            f"GPU busy: {t.gpu_busy_pct:.1f}% ({_h(ms(t.gpu_busy_us))}); {t.kernel_count} kernels",
+            f"window: {_h(fmt_time(t.window_us))} ({_h(t.window_basis)})",
+            f"GPU busy: {t.gpu_busy_pct:.1f}% ({_h(fmt_time(t.gpu_busy_us))}); {t.kernel_count} kernels",
         ]
         if t.replay_error_pct is not None:
             step = t.step_time.profiled_step_us if t.step_time is not None else None
@@ -217,7 +217,7 @@ def _findings(report: Report) -> str:
         )
         if f.impact is not None:
             out.append(
-                f"<dt>impact</dt><dd>{_h(ms(f.impact.time_us))} ({f.impact.share_pct:.1f}% of the step): "
+                f"<dt>impact</dt><dd>{_h(fmt_time(f.impact.time_us))} ({f.impact.share_pct:.1f}% of the step): "
                 f"{_h(f.impact.basis)}</dd>"
             )
         if f.location is not None:
@@ -229,7 +229,7 @@ def _findings(report: Report) -> str:
             )
             out += [
                 f"<tr><td><code>{_h(e.name, NAME_LIMIT)}</code></td><td>{e.ts_us:.3f}</td>"
-                f"<td>{_h(ms(e.dur_us))}</td><td>{'' if e.stream is None else _h(e.stream)}</td></tr>"
+                f"<td>{_h(fmt_time(e.dur_us))}</td><td>{'' if e.stream is None else _h(e.stream)}</td></tr>"
                 for e in f.evidence[:10]
             ]
             out.append("</table>")
@@ -278,8 +278,8 @@ def _steps(report: Report) -> str:
         out.append(f'<h3><code>{_h(t.path)}</code></h3><table class="steps"><tr><th>step</th><th>CPU time</th>'
                    "<th>GPU time</th><th>GPU busy</th></tr>")  # fmt: skip
         out += [
-            f"<tr><td>{_h(s.name, NAME_LIMIT)}</td><td>{_h(ms(s.cpu_dur_us))}</td><td>{_h(ms(s.gpu_dur_us))}</td>"
-            f"<td>{s.gpu_busy_pct:.1f}%</td></tr>"
+            f"<tr><td>{_h(s.name, NAME_LIMIT)}</td><td>{_h(fmt_time(s.cpu_dur_us))}</td>"
+            f"<td>{_h(fmt_time(s.gpu_dur_us))}</td><td>{s.gpu_busy_pct:.1f}%</td></tr>"
             for s in t.steps[:500]
         ]
         out.append("</table>")
@@ -299,13 +299,13 @@ def _annotations(report: Report) -> str:
         out.append(f'<h3><code>{_h(t.path)}</code></h3><table class="annotations"><tr><th>annotation</th>'
                    f"<th>{kind} time</th><th>share</th><th>calls</th></tr>")  # fmt: skip
         out += [
-            f"<tr><td>{_h(r.name, NAME_LIMIT)}</td><td>{_h(ms(r.time_us))}</td><td>{r.share_pct:.1f}%</td>"
+            f"<tr><td>{_h(r.name, NAME_LIMIT)}</td><td>{_h(fmt_time(r.time_us))}</td><td>{r.share_pct:.1f}%</td>"
             f"<td>{r.calls}</td></tr>"
             for r in a.rows[:200]
         ]
         out.append(
-            f"<tr><td>(outside annotations)</td><td>{_h(ms(a.unannotated_us))}</td><td>{a.unannotated_pct:.1f}%</td>"
-            "<td></td></tr></table>"
+            f"<tr><td>(outside annotations)</td><td>{_h(fmt_time(a.unannotated_us))}</td>"
+            f"<td>{a.unannotated_pct:.1f}%</td><td></td></tr></table>"
         )
         if a.bottleneck is not None:
             out.append(f'<p class="bottleneck">{_h(a.bottleneck.message)}</p>')
@@ -407,7 +407,7 @@ def _roofline_svg(r: RooflineSummary, bandwidth_gbs: float, flops: dict[str, flo
         svg.append(f'<text class="roof-label" x="{_W - _MR - 4}" y="{ax.py(v) - 4:.1f}">{_h(dtype)}</text>')
     for k in points:
         title = (
-            f"{k.name} ({k.op}, {k.dtype}): {ms(k.time_us)}, {num(k.intensity, '.1f')} FLOP/B, "
+            f"{k.name} ({k.op}, {k.dtype}): {fmt_time(k.time_us)}, {num(k.intensity, '.1f')} FLOP/B, "
             f"{num(k.achieved_tflops, '.1f')} TFLOP/s, roof {num(k.roof_pct, '.0f', '%')}, {k.bound}"
         )
         radius = 3 + min(6.0, math.sqrt(max(k.share_pct, 0.0)))
