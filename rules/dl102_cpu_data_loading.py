@@ -102,15 +102,17 @@ class CpuDataLoading(Rule[Options]):
         profiled_step = float((t["cpu_end_ns"] - t["cpu_start_ns"]).mean())
         fetch_profiled = float(loader["dur_ns"].sum()) / steps
         fetch = max(0.0, fetch_profiled - cost_ns * _events_inside(trace, loader) / steps)
+        # The step without the profiler: measured when the trace carries it, else the profiled step less
+        # the profiler's cost of every event in it. The step's other work stays after the fix, so the
+        # saving never exceeds the step less that work (a busier machine while profiling than while the
+        # unprofiled steps ran would otherwise let the fetch claim the whole step).
+        estimated = max(fetch, profiled_step - cost_ns * _events_inside(trace, _step_spans(trace)) / steps)
         measured = measured_unprofiled_ns(trace)
-        if measured is not None:
-            step = measured
-        else:
-            step = max(fetch, profiled_step - cost_ns * _events_inside(trace, _step_spans(trace)) / steps)
-        share = 100.0 * fetch / step if step > 0 else 0.0
-        if fetch < opts.min_fetch_ms * 1e6 or share < opts.min_share_pct:
+        step = measured if measured is not None else estimated
+        saving = min(fetch, max(0.0, step - (estimated - fetch)))
+        share = 100.0 * saving / step if step > 0 else 0.0
+        if saving < opts.min_fetch_ms * 1e6 or share < opts.min_share_pct:
             return
-        saving = min(fetch, step)
         longest = loader.loc[loader["dur_ns"].idxmax()]
         where = location_of(
             trace, int(longest["pid"]), int(longest["tid"]), int(longest["ts_ns"] + longest["dur_ns"] // 2)
@@ -123,14 +125,14 @@ class CpuDataLoading(Rule[Options]):
         data = {
             "fetch_per_step_us": us(fetch),
             "fetch_profiled_per_step_us": us(fetch_profiled),
+            "saving_per_step_us": us(saving),
             "step_us": us(step),
             "share_pct": share,
             "single_process": single,
             "step_basis": basis,
         }
         message = (
-            f"The steps spend {fmt_ms(fetch)} of their {fmt_ms(step)} ({share:.0f}%; step {basis}) fetching "
-            f"batches from the DataLoader on the training thread{site}"
+            f"The steps spend {fmt_ms(fetch)} fetching batches from the DataLoader on the training thread{site}"
             + (" (num_workers=0: every batch is built between steps)" if single else "")
         )
         if world is not None and world > 1:
@@ -138,9 +140,9 @@ class CpuDataLoading(Rule[Options]):
             # rank's fetch costs the run is decided across ranks (rank-straggler), not here.
             yield self.finding(
                 trace,
-                message=message + f". This trace is one rank of {world}: whether the fetch lengthens the run's "
-                "step depends on the other ranks; analyse all ranks' traces together (rank-straggler) for the "
-                "saving.",
+                message=message + f" ({share:.0f}% of this rank's {fmt_ms(step)} step). This trace is one rank "
+                f"of {world}: whether the fetch lengthens the run's step depends on the other ranks; analyse all "
+                "ranks' traces together (rank-straggler) for the saving.",
                 recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
                 evidence=evidence_of(worst, worst["name"].astype(str)),
                 location=where,
@@ -150,7 +152,8 @@ class CpuDataLoading(Rule[Options]):
             return
         yield self.finding(
             trace,
-            message=message + ". On a GPU this time would leave the GPU idle.",
+            message=message + f"; taken off the training thread, {fmt_ms(saving)} of the {fmt_ms(step)} step "
+            f"({share:.0f}%; step {basis}) goes. On a GPU this time would leave the GPU idle.",
             recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
             per_step=("data-workers", saving, step),
             basis=BASIS,

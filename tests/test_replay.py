@@ -31,6 +31,11 @@ def _load(name: str) -> Trace:
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_unchanged_replay_reproduces_every_step(path: Path) -> None:
     trace = load_file(path)
+    if trace.platform == "cpu":
+        pytest.skip(
+            "a CPU-only trace (cpu_slow_getitem): the replay models the GPU's timeline and replays no step "
+            "without GPU work; the report gives it no replay error or predicted step (summary/cpu.py instead)"
+        )
     r = replay(trace)
     assert len(r.steps) == len(trace.steps)
     if not len(trace.steps):

@@ -42,6 +42,7 @@ USER_FILES = (
     "capture_gpu.py",
     "capture_pairs.py",
     "capture_sync_sites.py",
+    "cpu_slow_getitem.py",
     "gpu_workloads.py",
     "train_ddp.py",
     "moca/",

@@ -149,6 +149,7 @@ def analyze_summaries(summaries: list[RankSummary], config: Config | None = None
 def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummary:
     """The report's summary of one trace, assembled from the section builders (``summary/``)."""
     from traceadvisor.summary.annotations import annotation_summary
+    from traceadvisor.summary.cpu import cpu_summary
     from traceadvisor.summary.devices import device_info, device_summaries, main_device
     from traceadvisor.summary.idle import idle_breakdown
     from traceadvisor.summary.kernels import top_kernels
@@ -188,6 +189,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
         measured_unprofiled_step_us=MeasuredSteps.of_key(trace.meta.traceadvisor),
         step_time=step_time(trace, main),
         step_variation=step_variation(trace),
+        cpu=cpu_summary(trace),
     )
 
 

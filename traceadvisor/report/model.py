@@ -576,6 +576,117 @@ class Timeline:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuOp:
+    """``traces[].cpu.top_ops[]``: one op name's self time in the steps (its time less its children's)."""
+
+    name: str
+    self_us: float  # per step
+    calls: float  # per step
+    share_pct: float  # of the profiled step
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "self_us": self.self_us, "calls": self.calls, "share_pct": self.share_pct}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CpuOp:
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuLine:
+    """``traces[].cpu.top_lines[]``: one Python frame's self time in the steps (its time less its child
+    frames'), with the user's own frame it ran under (``user``: "function (file:line)", None when
+    the frame is the user's own or none of the user's is above it). ``line`` is the frame's line as
+    the profiler names it: the function's first line (``Location.line_kind`` "function_start")."""
+
+    file: str
+    line: int | None
+    function: str
+    self_us: float  # per step
+    calls: float  # per step
+    share_pct: float
+    is_user: bool
+    user: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "self_us": self.self_us,
+            "calls": self.calls,
+            "share_pct": self.share_pct,
+            "is_user": self.is_user,
+            "user": self.user,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CpuLine:
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSummary:
+    """``traces[].cpu``: the analysis a CPU-only trace supports (summary/cpu.py). Times are per step
+    of the profiled steps (the profiler's cost included), shares over the profiled step.
+
+    The step's parts: ``data_loading_us`` (DataLoader ``__next__``), ``optimizer_us``
+    (``Optimizer.step``/``zero_grad``), ``compute_us`` (the other ops called from Python: forward,
+    backward, loss), ``other_us`` (the rest: Python between ops, the profiler). ``dispatch_us``:
+    ``ops_per_step`` x ``per_op_us``, the median time of the ops that do no arithmetic (views,
+    ``empty``, ``detach``: their time is the dispatcher's), an estimate inside the parts above.
+    ``syncs_per_step``: ops that make a GPU run wait for the host (``.item()`` and the like);
+    ``sync_sites``: where the user's code calls them."""
+
+    steps: int
+    step_us: float
+    data_loading_us: float
+    optimizer_us: float
+    compute_us: float
+    other_us: float
+    ops_per_step: float
+    per_op_us: float | None
+    dispatch_us: float
+    optimizer_per_tensor: bool | None  # None without an optimizer step
+    syncs_per_step: float
+    sync_ops: tuple[str, ...]
+    sync_sites: tuple[str, ...]
+    top_ops: tuple[CpuOp, ...]
+    top_lines: tuple[CpuLine, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "step_us": self.step_us,
+            "data_loading_us": self.data_loading_us,
+            "optimizer_us": self.optimizer_us,
+            "compute_us": self.compute_us,
+            "other_us": self.other_us,
+            "ops_per_step": self.ops_per_step,
+            "per_op_us": self.per_op_us,
+            "dispatch_us": self.dispatch_us,
+            "optimizer_per_tensor": self.optimizer_per_tensor,
+            "syncs_per_step": self.syncs_per_step,
+            "sync_ops": list(self.sync_ops),
+            "sync_sites": list(self.sync_sites),
+            "top_ops": _dicts(self.top_ops),
+            "top_lines": _dicts(self.top_lines),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> CpuSummary | None:
+        if d is None:
+            return None
+        return cls(
+            **{k: v for k, v in d.items() if k not in ("sync_ops", "sync_sites", "top_ops", "top_lines")},
+            sync_ops=tuple(d["sync_ops"]),
+            sync_sites=tuple(d["sync_sites"]),
+            top_ops=tuple(CpuOp.from_dict(x) for x in d["top_ops"]),
+            top_lines=tuple(CpuLine.from_dict(x) for x in d["top_lines"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TraceSummary:
     """``traces[]``: one trace's device, analysis window, GPU busy time, steps, top kernels, idle
     time by cause, roofline, annotations, capture flags and load warnings."""
@@ -615,6 +726,10 @@ class TraceSummary:
     # The HTML report's timeline (``analyze(..., timeline=True)``); None otherwise. Written by
     # ``to_dict`` only when present, so the JSON report of an ordinary analysis has no such key.
     timeline: Timeline | None = None
+    # The CPU-only analysis (summary/cpu.py): hot ops and Python lines by self time, the step's time
+    # by part, the syncs a GPU would pay for; None for a trace with GPU kernels. Written by
+    # ``to_dict`` only when present.
+    cpu: CpuSummary | None = None
 
     @property
     def unprofiled_step_us(self) -> float | None:
@@ -651,6 +766,8 @@ class TraceSummary:
         }
         if self.timeline is not None:
             d["timeline"] = self.timeline.to_dict()
+        if self.cpu is not None:
+            d["cpu"] = self.cpu.to_dict()
         return d
 
     @classmethod
@@ -682,6 +799,7 @@ class TraceSummary:
             step_time=StepTime.from_dict(d.get("step_time")),
             step_variation=StepVariation.from_dict(d.get("step_variation")),
             timeline=Timeline.from_dict(d.get("timeline")),
+            cpu=CpuSummary.from_dict(d.get("cpu")),
         )
 
 

@@ -8,6 +8,7 @@ backtick run inside (``safe_text.markdown_code``). Long tables print their first
 
 from __future__ import annotations
 
+from traceadvisor.report.cpu_section import markdown_lines as cpu_markdown_lines
 from traceadvisor.report.finding import Finding, Location
 from traceadvisor.report.format import (
     ABOVE_ROOF_NOTE,
@@ -106,6 +107,7 @@ def _trace(t: TraceSummary) -> list[str]:
         out.append("")
     if t.annotations is not None:
         out += _annotations(t.annotations)
+    out += cpu_markdown_lines(t.cpu)
     out += _roofline(t.roofline)
     return out
 

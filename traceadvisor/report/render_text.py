@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from traceadvisor.report.cpu_section import print_text as print_cpu_section
 from traceadvisor.report.format import (
     ABOVE_ROOF_NOTE,
     RANK_COLUMNS,
@@ -181,6 +182,7 @@ def _trace(console: Console, t: TraceSummary) -> None:
         _table(console, ["top kernels", "calls", "time", "share"], rows)
     if t.annotations is not None:
         _annotations(console, t.annotations)
+    print_cpu_section(console, t.cpu)
     _roofline(console, t.roofline)
     console.print()
 
