@@ -155,14 +155,13 @@ def _body(report: Report, timelines: list[tuple[TraceSummary, Timeline]], left_o
         f'<p class="howto">{_h(HOW_TO_READ)} <a href="{DOCS_URL}">Documentation</a>.</p></header>',
         _verdict(report),
         _traces(report),
+        _ranks(report) if report.ranks is not None else "",  # several ranks: the comparison first
         _findings(report),
         _timeline(report, timelines, left_out),
         _steps(report),
         _roofline(report),
         _annotations(report),
     ]
-    if report.ranks is not None:
-        out.append(_ranks(report))
     return "\n".join(out)
 
 

@@ -201,7 +201,7 @@
     tooltip.hidden = false;
     var left = Math.min(x + 14, width - 360);
     tooltip.style.left = Math.max(0, left) + 'px';
-    tooltip.style.top = y + wrap.scrollTop * 0 + 16 + 'px';
+    tooltip.style.top = y + 16 + 'px'; // the tooltip is positioned in the scrolled content, as the canvas
   }
 
   function bind() {
