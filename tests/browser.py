@@ -363,6 +363,8 @@ class Browser:
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
+            "--disable-crash-reporter",  # Debian's wrapper enables it; its handler still starts,
+            "--disable-breakpad",  # in a session of its own, and leaves when the browser does
             "--hide-scrollbars",
             "--mute-audio",
             "--remote-debugging-pipe",
@@ -386,6 +388,8 @@ class Browser:
                 stdout=stderr,
                 stderr=stderr,
                 start_new_session=True,  # its own process group: close() kills renderers and all
+                # Chromium's default profile folder (crash database, caches) inside ours, not in $HOME.
+                env={**os.environ, "XDG_CONFIG_HOME": f"{self._profile}/xdg", "XDG_CACHE_HOME": f"{self._profile}/xdg"},
             )
         finally:
             stderr.close()

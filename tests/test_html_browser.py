@@ -64,6 +64,19 @@ def analyse(case: Case) -> Report:
     return analyze(list(case.paths), timeline=True)
 
 
+def open_command(report: Report, n: int) -> list[str]:
+    """Finding ``n``'s ``traceadvisor open`` command, split. ``open`` analyses one trace alone: with
+    several traces, finding ``n`` of this report is not finding ``n`` there, so the rule's code picks
+    it; a cross-rank finding (no trace of its own: no trace alone has it) opens its rank's whole trace."""
+    f = report.findings[n - 1]
+    if len(report.traces) <= 1:
+        return ["traceadvisor", "open", f.trace or report.traces[0].path, "--at", str(n)]
+    if f.trace:
+        return ["traceadvisor", "open", f.trace, "--at", f.code]
+    of_rank = [t.path for r in f.ranks for t in report.traces if t.rank == r] + [t.path for t in report.traces]
+    return ["traceadvisor", "open", of_rank[0]]
+
+
 def expected_window(report: Report, n: int) -> tuple[float, float] | None:
     """Finding ``n``'s window as ``traceadvisor open --at n`` picks it (µs), or None."""
     from traceadvisor.open_command import finding_window
@@ -148,11 +161,7 @@ def test_every_finding_is_on_the_page(page: Page, rendered: Rendered) -> None:
     assert len(on_page) == len(findings)
     for n, (f, a) in enumerate(zip(findings, on_page, strict=True), start=1):
         assert (a["id"], a["code"], a["rule"], a["severity"]) == (f"finding-{n}", f.code, f.rule, f.severity.value)
-        # ``traceadvisor open`` analyses one trace: with several, the finding's number in this
-        # report is not its number there, so the rule's code picks it.
-        at = f.code if len(rendered.report.traces) > 1 else str(n)
-        trace = f.trace or rendered.report.traces[0].path
-        assert a["command"] is not None and a["command"].split() == ["traceadvisor", "open", trace, "--at", at]
+        assert a["command"] is not None and a["command"].split() == open_command(rendered.report, n), a["command"]
         # Its message is what the reader sees (the page may wrap it: compare words).
         assert " ".join(f.message.split()[:6]) in " ".join(a["text"].split())
         has_window = expected_window(rendered.report, n) is not None
@@ -160,22 +169,13 @@ def test_every_finding_is_on_the_page(page: Page, rendered: Rendered) -> None:
     assert page.evaluate("document.querySelector('#verdict') !== null")
 
 
-def test_open_commands_name_a_finding_of_their_trace(
-    page: Page, rendered: Rendered, request: pytest.FixtureRequest
-) -> None:
+def test_open_commands_name_a_finding_of_their_trace(page: Page, rendered: Rendered) -> None:
     """Each finding's ``traceadvisor open TRACE --at X``, as a reader copies it from the page, picks
-    a finding of the same rule when ``open`` analyses TRACE alone (as it does)."""
+    a finding of the same rule when ``open`` analyses TRACE alone (as it does); a command without
+    ``--at`` (a cross-rank finding) opens one of the report's traces."""
     from traceadvisor.open_command import pick_finding
     from traceadvisor.pipeline import analyze
 
-    if rendered.case.multi_rank:
-        request.node.add_marker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="a cross-rank finding (rank-straggler, DS101) has no trace: its command names the first "
-                "rank's trace with --at DS101, which that trace alone does not have (open: no finding of that rule)",
-            )
-        )
     commands = page.evaluate(
         "[...document.querySelectorAll('#findings article.finding')]"
         ".map(a => (a.querySelector('code.perfetto-command') || {}).textContent || null)"
@@ -184,12 +184,16 @@ def test_open_commands_name_a_finding_of_their_trace(
     wrong: list[str] = []
     for n, (f, command) in enumerate(zip(rendered.report.findings, commands, strict=True), start=1):
         argv = shlex.split(command)
-        assert argv[:2] == ["traceadvisor", "open"] and argv[3] == "--at" and len(argv) == 5, command
-        trace, at = argv[2], argv[4]
+        assert argv[:2] == ["traceadvisor", "open"] and len(argv) in (3, 5), command
+        trace = argv[2]
+        if len(argv) == 3:
+            assert not f.trace and trace in {t.path for t in rendered.report.traces}, (f.code, command)
+            continue
+        assert argv[3] == "--at", command
         if trace not in alone:
             alone[trace] = analyze([trace])
         try:
-            _, picked = pick_finding(alone[trace], at)
+            _, picked = pick_finding(alone[trace], argv[4])
         except ValueError as e:
             wrong.append(f"finding {n} ({f.code}): {command}: {e}")
             continue
