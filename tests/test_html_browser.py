@@ -332,6 +332,37 @@ def test_ranks_section_marks_the_straggler(page: Page, rendered: Rendered) -> No
     assert straggler_rows[0].split()[0] == str(ranks.straggler), straggler_rows  # its first cell: the rank
 
 
+def test_sampled_timeline_is_drawn_and_said(browser: Browser, tmp_path: Path) -> None:
+    """A trace over the span budget is drawn from whole steps only, and the page says so: the
+    single-GPU step rendered with a budget of 1,500 spans (it holds several times that)."""
+    from dataclasses import replace
+
+    from traceadvisor.pipeline import analyze_traces
+    from traceadvisor.report import render
+    from traceadvisor.summary.timeline import timeline_of
+    from traceadvisor.trace.load import load_file
+
+    trace = load_file(CASES[0].paths[0])
+    report = analyze_traces([trace])
+    timeline = timeline_of(trace, max_spans=1_500)
+    assert timeline.sampled and timeline.spans <= 1_500 < timeline.total_spans
+    report = replace(report, traces=(replace(report.traces[0], timeline=timeline),))
+    html = tmp_path / "sampled.html"
+    html.write_bytes(render(report, "html"))
+    p = browser.new_page()
+    try:
+        p.goto(html.as_uri())
+        p.wait_for("window.traceadvisor && (window.traceadvisor.ready || window.traceadvisor.error)")
+        assert p.evaluate("window.traceadvisor.error") is None
+        notes = p.evaluate("[...document.querySelectorAll('.sampled')].map(e => e.textContent)")
+        assert any(timeline.sampled in " ".join(n.split()) for n in notes), (timeline.sampled, notes)
+        _, drawn, colours = pixel_stats(p.screenshot(selector="#timeline-canvas"))
+        assert drawn > 0.02 and colours > 3
+        assert p.console_errors == []
+    finally:
+        p.close()
+
+
 def test_browser_reports_a_broken_page(browser: Browser, tmp_path: Path) -> None:
     """The checks above can fail: a page whose script throws is caught by the console-error record."""
     bad = tmp_path / "bad.html"
