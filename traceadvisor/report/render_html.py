@@ -56,7 +56,6 @@ MAX_SPANS_PAGE = 600_000
 TIMELINE_NAME_LIMIT = 300
 # As traceadvisor/open_command.py: context around a short evidence event, ns.
 PAD_NS = 10_000
-DOCS_URL = "https://github.com/traceadvisor/traceadvisor#readme"
 HOW_TO_READ = (
     "How to read this report: the verdict says what to fix first and the step it predicts after each fix; "
     "each finding gives its cost, where it is and the change to make; “Show in timeline” zooms the timeline "
@@ -152,7 +151,7 @@ def _body(report: Report, timelines: list[tuple[TraceSummary, Timeline]], left_o
         "<header><h1>traceadvisor report</h1>",
         f'<p class="meta">traceadvisor {_h(__version__)} · {len(report.traces)} trace(s) · '
         f"{len(report.findings)} finding(s)</p>",
-        f'<p class="howto">{_h(HOW_TO_READ)} <a href="{DOCS_URL}">Documentation</a>.</p></header>',
+        f'<p class="howto">{_h(HOW_TO_READ)}</p></header>',
         _verdict(report),
         _traces(report),
         _ranks(report) if report.ranks is not None else "",  # several ranks: the comparison first
