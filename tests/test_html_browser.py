@@ -296,8 +296,10 @@ def test_drag_pans_the_view(page: Page) -> None:
     assert page.console_errors == []
 
 
-def test_hover_shows_a_tooltip(page: Page) -> None:
-    """Somewhere on the drawn lanes the tooltip names a span with its start and duration."""
+def test_hover_shows_a_tooltip(page: Page, rendered: Rendered) -> None:
+    """Somewhere on the drawn lanes the tooltip names a span of the timeline with its start and
+    duration."""
+    names = {n for t in rendered.report.traces if t.timeline is not None for n in t.timeline.names}
     box = page.box("#timeline-canvas")
     for fy in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
         for fx in (0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9):
@@ -310,7 +312,11 @@ def test_hover_shows_a_tooltip(page: Page) -> None:
                 " ? t.textContent : null; })()"
             )
             if shown:
-                assert any(u in shown for u in ("µs", "us", "ms", " s")), shown
+                lines = [line.strip() for line in shown.splitlines() if line.strip()]
+                # The name comes first: a name of the trace's spans (or an idle gap's cause).
+                assert lines[0] in names or lines[0].lower().startswith("idle"), shown
+                assert any(line.startswith("start ") for line in lines), shown
+                assert any(line.startswith("duration ") for line in lines), shown
                 return
     pytest.fail("no point of the timeline showed #timeline-tooltip")
 
