@@ -28,6 +28,7 @@ import re
 import shlex
 from collections.abc import Iterable
 from importlib import resources
+from pathlib import PurePath
 from typing import Any
 
 from traceadvisor import __version__
@@ -457,12 +458,14 @@ def _deltas_ns(origin_ns: int, starts_us: Iterable[float]) -> tuple[int, list[in
 def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -> str:
     traces: list[dict[str, Any]] = []
     for t, tl in timelines:
+        # several traces that are not ranks of one run: each lane says its file
+        prefix = f"{PurePath(t.path).name} · " if len(timelines) > 1 and t.rank is None else ""
         lanes = []
         for lane in tl.lanes:
             t0, ds = _deltas_ns(tl.origin_ns, lane.start_us)
             lanes.append(
                 {
-                    "label": escape_controls(lane.label),
+                    "label": escape_controls(shorten(prefix + lane.label, NAME_LIMIT)),
                     "role": lane.role,
                     "t0": t0,
                     "ds": ds,
