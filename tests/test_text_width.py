@@ -20,9 +20,11 @@ TRACES = sorted((REPO / "fixtures").rglob("*.json.gz"))
 def test_no_line_is_longer_than_the_width(path: Path) -> None:
     report = analyze([path])
     for width in (80, 200):
-        lines = render(report, "text", width=width).decode().splitlines()
-        assert max(map(len, lines)) <= width, [line for line in lines if len(line) > width][:2]
-        # every finding line is ours: numbered 1, 2, ... (a folded line cannot look like one)
+        for show_all in (False, True):
+            lines = render(report, "text", width=width, show_all=show_all).decode().splitlines()
+            assert max(map(len, lines)) <= width, [line for line in lines if len(line) > width][:2]
+        # every finding line is ours: numbered 1, 2, ... (a folded line cannot look like one);
+        # with --all every finding is listed
         numbered = [int(m.group(1)) for line in lines if (m := re.match(r"(\d+)\. \[", line))]
         assert numbered == list(range(1, len(report.findings) + 1))
 

@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 FORMATS = ("text", "json", "markdown", "html")
 
 
-def render(report: Report, fmt: str, *, color: bool = False, width: int = 120) -> bytes:
+def render(report: Report, fmt: str, *, color: bool = False, width: int = 120, show_all: bool = False) -> bytes:
     """``report`` as ``fmt`` (``text``, ``json``, ``markdown`` or ``html``, one self-contained page),
     UTF-8; ``color`` adds ANSI styles to the text report (for a terminal), ``width`` its columns
-    (plain text: no line is longer).
+    (plain text: no line is longer). The text and Markdown reports list the findings with a
+    predicted saving (and high-severity ones) and name the others in one line; ``show_all`` lists
+    every one. JSON always holds every finding.
     Raises ``ValueError`` for another format."""
     if fmt == "json":
         from traceadvisor.report import render_json
@@ -28,11 +30,11 @@ def render(report: Report, fmt: str, *, color: bool = False, width: int = 120) -
     if fmt == "markdown":
         from traceadvisor.report import render_markdown
 
-        return render_markdown.render(report).encode()
+        return render_markdown.render(report, show_all=show_all).encode()
     if fmt == "text":
         from traceadvisor.report import render_text
 
-        return render_text.render(report, width=width, color=color).encode()
+        return render_text.render(report, width=width, color=color, show_all=show_all).encode()
     if fmt == "html":
         from traceadvisor.report import render_html
 

@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from traceadvisor.report.finding import Finding, Severity
 from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, Skipped, StepSummary, StepTime, Verdict
 
 T = TypeVar("T")
@@ -252,3 +253,33 @@ def verdict_lines(v: Verdict) -> list[str]:
         saving, after = fmt_time(f.saving_per_step_us), fmt_time(f.step_after_us)
         out.append(f"{i}) {f.rule} ({f.code}){who}: −{saving} a step ({share:.0f}%) → {after}")
     return out
+
+
+def has_saving(f: Finding) -> bool:
+    """Whether a finding predicts time back: an impact above zero. A finding without one (a capture
+    flag to set, a mismatch to look at, a fix the replay says gains nothing) is still a finding."""
+    return f.impact is not None and f.impact.time_us > 0
+
+
+def split_findings(
+    findings: Sequence[Finding], show_all: bool
+) -> tuple[list[tuple[int, Finding]], list[tuple[int, Finding]]]:
+    """``(shown, hidden)``, each finding with its number in the report (1-based over all findings,
+    so ``open --at N`` and the HTML report's ``#finding-N`` name the same one whatever is shown).
+    Without ``show_all`` the text and Markdown reports hide findings with no saving (``has_saving``)
+    unless they are high severity (a rule or the configuration judged them to matter regardless)."""
+    numbered = list(enumerate(findings, 1))
+    if show_all:
+        return numbered, []
+    shown = [(i, f) for i, f in numbered if has_saving(f) or f.severity is Severity.high]
+    hidden = [(i, f) for i, f in numbered if not (has_saving(f) or f.severity is Severity.high)]
+    return shown, hidden
+
+
+def hidden_findings_line(hidden: Sequence[tuple[int, Finding]]) -> str:
+    """The one line that stands for the findings ``split_findings`` hid: how many, and each one's
+    code with its number (``open --at N`` takes it)."""
+    codes = ", ".join(f"{f.code} (#{i})" for i, f in hidden)
+    n = len(hidden)
+    what = "finding" if n == 1 else "findings"
+    return f"{n} more {what} with no predicted saving: {codes} (--all shows them)"

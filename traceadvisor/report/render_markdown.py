@@ -18,6 +18,7 @@ from traceadvisor.report.format import (
     elide,
     figures_by_source,
     fmt_time,
+    hidden_findings_line,
     hidden_steps_line,
     more_warnings_line,
     num,
@@ -26,6 +27,7 @@ from traceadvisor.report.format import (
     ranks_head,
     replay_line,
     skipped_by_reason,
+    split_findings,
     step_time_line,
     verdict_lines,
 )
@@ -46,8 +48,9 @@ def _text(value: object) -> str:
     return markdown(value, TEXT_LIMIT)
 
 
-def render(report: Report) -> str:
-    """The report as GitHub-flavoured Markdown."""
+def render(report: Report, show_all: bool = False) -> str:
+    """The report as GitHub-flavoured Markdown; ``show_all`` lists the findings with no predicted
+    saving too (``format.split_findings``)."""
     out: list[str] = ["# traceadvisor report", ""]
     note = report.config.note() if report.config is not None else None
     if note is not None:
@@ -63,8 +66,11 @@ def render(report: Report) -> str:
     out += ["## Findings", ""]
     if not report.findings:
         out += ["No findings.", ""]
-    for f in report.findings:
-        out += _finding(f)
+    shown, hidden = split_findings(report.findings, show_all)
+    for i, f in shown:
+        out += _finding(i, f)
+    if hidden:
+        out += [_text(hidden_findings_line(hidden)), ""]
     if report.skipped:
         out += ["## Skipped rules", ""]
         groups = skipped_by_reason(report.skipped)
@@ -140,9 +146,9 @@ def _ranks(r: RanksSummary) -> list[str]:
     return [*out, ""]
 
 
-def _finding(f: Finding) -> list[str]:
+def _finding(i: int, f: Finding) -> list[str]:
     who = f" \\[{markdown(rank_label(f.ranks))}\\]" if f.ranks else ""
-    out = [f"### \\[{markdown(f.severity.value)}\\] {markdown(f.rule)} \\({markdown(f.code)}\\){who}"]
+    out = [f"### {i}. \\[{markdown(f.severity.value)}\\] {markdown(f.rule)} \\({markdown(f.code)}\\){who}"]
     out += ["", _text(f.message), ""]
     if f.impact is not None:
         out.append(f"- impact: {fmt_time(f.impact.time_us)} ({f.impact.share_pct:.1f}%), {_text(f.impact.basis)}")

@@ -24,6 +24,7 @@ from traceadvisor.report.format import (
     figures_by_source,
     fit,
     fmt_time,
+    hidden_findings_line,
     hidden_steps_line,
     middle,
     more_warnings_line,
@@ -33,6 +34,7 @@ from traceadvisor.report.format import (
     ranks_head,
     replay_line,
     skipped_by_reason,
+    split_findings,
     step_time_line,
     verdict_lines,
 )
@@ -87,8 +89,9 @@ def _text(value: object) -> str:
     return terminal(value, TEXT_LIMIT)
 
 
-def render(report: Report, width: int = 120, color: bool = False) -> str:
-    """The report as text; ``color`` adds ANSI styles (for a terminal)."""
+def render(report: Report, width: int = 120, color: bool = False, show_all: bool = False) -> str:
+    """The report as text; ``color`` adds ANSI styles (for a terminal); ``show_all`` lists the
+    findings with no predicted saving too (``format.split_findings``)."""
     buf = io.StringIO()
     # markup off: messages quote config tables such as [tool.traceadvisor.gpu], which rich would eat;
     # emoji off: rich would turn a ":cat:" inside a C++ name into a cat; soft wrap: a line of the
@@ -117,7 +120,7 @@ def render(report: Report, width: int = 120, color: bool = False) -> str:
         _trace(console, t)
     if report.ranks is not None:
         _ranks(console, report.ranks)
-    _findings(console, report)
+    _findings(console, report, show_all)
     return buf.getvalue() if color else fit(buf.getvalue(), width)
 
 
@@ -222,10 +225,11 @@ def _annotations(console: Console, a: AnnotationSummary) -> None:
         console.print(f"  {_text(a.bottleneck.message)}")
 
 
-def _findings(console: Console, report: Report) -> None:
+def _findings(console: Console, report: Report, show_all: bool) -> None:
     if not report.findings:
         console.print("No findings.")
-    for i, f in enumerate(report.findings, 1):
+    shown, hidden = split_findings(report.findings, show_all)
+    for i, f in shown:
         sev = f.severity.value
         who = f" [{rank_label(f.ranks)}]" if f.ranks else ""
         head = f"{i}. [{_name(sev)}] {_name(f.rule)} ({_name(f.code)}){who}: "
@@ -238,6 +242,8 @@ def _findings(console: Console, report: Report) -> None:
             label = "at" if loc.line_kind == "exact" else "in"  # "in step (defined at train.py:30)"
             console.print(f"   {label}: {_text(loc.where())}")
         console.print(f"   fix: {_text(f.recommendation)}")
+    if hidden:
+        console.print(hidden_findings_line(hidden))
     for reason, rules in skipped_by_reason(report.skipped):
         console.print(f"skipped {', '.join(_name(r) for r in rules)}: {_text(reason)}")
     for e in report.errors:
