@@ -92,7 +92,6 @@ def test_the_cpu_section_splits_the_step_and_finds_the_hot_ops_and_lines(report:
     assert top.user == f"__getitem__ ({SCRIPT.name}:{first_line})"
     assert top.calls == consts["BATCH_SIZE"]
     assert sleep_per_step_us <= top.self_us <= cpu.data_loading_us
-    assert any(x.is_user and x.function == "__getitem__" and x.line == first_line for x in cpu.top_lines)
     # Hot ops by self time: each sample's torch.randn(64) is the loop's most frequent op.
     names = [o.name for o in cpu.top_ops]
     assert "aten::randn" in names[:3]
@@ -114,7 +113,7 @@ def test_item_calls_are_counted_with_their_site_and_the_gpu_note(report: Report)
     assert len(calls) == 1  # the script calls it once a step, in its loop
     assert cpu.syncs_per_step == 1.0 and cpu.sync_ops == ("aten::_local_scalar_dense",)
     assert cpu.sync_sites and cpu.sync_sites[0].startswith(f"main ({SCRIPT.name}:")
-    text = render(report, "text", width=200).decode()
+    text = render(report, "text", width=400).decode()  # wide: the line is not folded
     line = next(x for x in text.splitlines() if x.strip().startswith("syncs:"))
     assert "free on a CPU" in line and "on a GPU" in line and "sync-point" in line
 
