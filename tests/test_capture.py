@@ -113,9 +113,9 @@ def test_training_script_stepped_by_its_optimizer(tmp_path: Path) -> None:
     folder = folders[0]
     record = run_json(folder)
     files = files_by_name(record)
-    assert sorted(files) == ["rank0-cycle0.json.gz", "rank0-cycle1.json.gz"]
-    assert files["rank0-cycle0.json.gz"]["steps"] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
-    assert files["rank0-cycle1.json.gz"]["steps"] == ["ProfilerStep#6", "ProfilerStep#7", "ProfilerStep#8"]
+    assert sorted(files) == ["cycle1/rank0.json.gz", "cycle2/rank0.json.gz"]
+    assert files["cycle1/rank0.json.gz"]["steps"] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert files["cycle2/rank0.json.gz"]["steps"] == ["ProfilerStep#6", "ProfilerStep#7", "ProfilerStep#8"]
     for name, entry in files.items():
         assert not entry["partial"]
         assert step_names(folder / name) == entry["steps"]
@@ -131,13 +131,13 @@ def test_training_script_stepped_by_its_optimizer(tmp_path: Path) -> None:
     assert record["target"] == {"kind": "script", "name": "train.py", "args": ["10", "--active", "9"]}
 
     # The deferred step: every Optimizer.step annotation lies inside one ProfilerStep (trace-format §10.4).
-    assert optimizer_steps_nest_in_profiler_steps(folder / "rank0-cycle1.json.gz", "Adam") == 3
+    assert optimizer_steps_nest_in_profiler_steps(folder / "cycle2/rank0.json.gz", "Adam") == 3
 
     # analyze ran on the last complete cycle and printed its report.
     report = json.loads(proc.stdout)
-    assert [t["path"] for t in report["traces"]] == [str(folder / "rank0-cycle1.json.gz")]
+    assert [t["path"] for t in report["traces"]] == [str(folder / "cycle2/rank0.json.gz")]
     assert [s["name"] for s in report["traces"][0]["steps"]] == ["ProfilerStep#6", "ProfilerStep#7", "ProfilerStep#8"]
-    assert "analysing rank0-cycle1.json.gz" in proc.stderr
+    assert "analysing cycle2/rank0.json.gz" in proc.stderr
 
 
 def test_script_raising_at_step_9_keeps_completed_cycles(tmp_path: Path) -> None:
@@ -171,10 +171,10 @@ def test_script_raising_at_step_9_keeps_completed_cycles(tmp_path: Path) -> None
     assert record["exit"] == {"status": "exception", "code": 1, "exception": "ValueError: bad batch 9"}
     files = files_by_name(record)
     assert [(n, f["steps"], f["partial"]) for n, f in sorted(files.items())] == [
-        ("rank0-cycle0.json.gz", ["ProfilerStep#2", "ProfilerStep#3"], False),
-        ("rank0-cycle1.json.gz", ["ProfilerStep#5", "ProfilerStep#6"], False),
+        ("cycle1/rank0.json.gz", ["ProfilerStep#2", "ProfilerStep#3"], False),
+        ("cycle2/rank0.json.gz", ["ProfilerStep#5", "ProfilerStep#6"], False),
         # The active window the exception cut short is kept, marked partial.
-        ("rank0-cycle2.json.gz", ["ProfilerStep#8", "ProfilerStep#9"], True),
+        ("cycle3/rank0.json.gz", ["ProfilerStep#8", "ProfilerStep#9"], True),
     ]
     for name, entry in files.items():
         assert step_names(tmp_path / "run" / name) == entry["steps"]
@@ -196,7 +196,7 @@ def test_exit_code_of_sys_exit_passes_through(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     record = run_json(tmp_path / "run")
     assert record["exit"] == {"status": "exit", "code": 3, "exception": None}
-    assert files_by_name(record)["rank0-cycle0.json.gz"]["steps"] == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert files_by_name(record)["cycle1/rank0.json.gz"]["steps"] == ["ProfilerStep#2", "ProfilerStep#3"]
 
 
 def test_keyboard_interrupt_gives_130_and_keeps_traces(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_keyboard_interrupt_gives_130_and_keeps_traces(tmp_path: Path) -> None:
     assert proc.stderr.rstrip().endswith("KeyboardInterrupt") or "\nKeyboardInterrupt\n" in proc.stderr
     record = run_json(tmp_path / "run")
     assert record["exit"]["status"] == "interrupted"
-    assert files_by_name(record)["rank0-cycle0.json.gz"]["partial"] is False
+    assert files_by_name(record)["cycle1/rank0.json.gz"]["partial"] is False
 
 
 INFER = """
@@ -246,7 +246,7 @@ def test_step_on_a_function_of_the_script(tmp_path: Path) -> None:
     record = run_json(tmp_path / "run")
     assert record["steps"]["source"] == "step-on"
     assert record["steps"]["step_on_calls"] == 8
-    trace = tmp_path / "run" / "rank0-cycle0.json.gz"
+    trace = tmp_path / "run" / "cycle1/rank0.json.gz"
     assert step_names(trace) == ["ProfilerStep#2", "ProfilerStep#3"]
     # Each recorded step holds exactly one call of predict: one aten::linear.
     evs = events(trace)
@@ -297,7 +297,7 @@ def test_module_run_as_python_m_with_step_on_module_function(tmp_path: Path) -> 
     assert (probe["name"], probe["spec"]) == ("__main__", "app.main")
     record = run_json(tmp_path / "run")
     assert record["steps"]["step_on_calls"] == 6
-    assert step_names(tmp_path / "run" / "rank0-cycle0.json.gz") == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert step_names(tmp_path / "run" / "cycle1/rank0.json.gz") == ["ProfilerStep#2", "ProfilerStep#3"]
     assert not (tmp_path / "theirs").exists()
 
 
@@ -343,7 +343,7 @@ def test_lightning_closure_loop_gets_steps_between_iterations(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr
     record = run_json(tmp_path / "run")
     assert record["steps"]["optimizer_steps"] == 8
-    trace = tmp_path / "run" / "rank0-cycle0.json.gz"
+    trace = tmp_path / "run" / "cycle1/rank0.json.gz"
     assert step_names(trace) == ["ProfilerStep#2", "ProfilerStep#3"]
     assert optimizer_steps_nest_in_profiler_steps(trace, "SGD") == 2
 
@@ -368,9 +368,9 @@ def test_step_markers_take_over_from_the_optimizer(tmp_path: Path) -> None:
     assert record["steps"]["source"] == "marker"
     assert (record["steps"]["markers"], record["steps"]["optimizer_steps"]) == (8, 2)
     assert record["steps"]["count"] == 9
-    trace = tmp_path / "run" / "rank0-cycle0.json.gz"
+    trace = tmp_path / "run" / "cycle1/rank0.json.gz"
     names = step_names(trace)
-    assert names == files_by_name(record)["rank0-cycle0.json.gz"]["steps"] and len(names) == 2
+    assert names == files_by_name(record)["cycle1/rank0.json.gz"]["steps"] and len(names) == 2
     # Each marked step holds the iteration's two optimizer steps.
     evs = events(trace)
     for step in (e for e in evs if e.get("name") in names and e.get("cat") == "user_annotation"):
@@ -407,7 +407,7 @@ def test_grad_scaler_skipped_steps_do_not_stall_the_schedule(tmp_path: Path) -> 
     assert record["steps"]["scaler_skipped_steps"] == 8  # 0-4, 5, 7, 9
     assert record["steps"]["optimizer_steps"] == 2  # 6, 8
     assert record["steps"]["count"] == 10
-    trace = tmp_path / "run" / "rank0-cycle0.json.gz"
+    trace = tmp_path / "run" / "cycle1/rank0.json.gz"
     assert step_names(trace) == ["ProfilerStep#2", "ProfilerStep#3"]
     assert not any(e.get("name") == "Optimizer.step#SGD.step" for e in events(trace))  # skipped, really
 
@@ -430,8 +430,8 @@ def test_program_without_steps_gets_a_time_window_and_a_warning(tmp_path: Path) 
     assert "traceadvisor: warning: no step was seen: recorded one time window" in proc.stderr
     record = run_json(tmp_path / "run")
     (entry,) = record["files"]
-    assert (entry["path"], entry["kind"], entry["steps"]) == ("rank0-window.json.gz", "window", [])
-    trace = tmp_path / "run" / "rank0-window.json.gz"
+    assert (entry["path"], entry["kind"], entry["steps"]) == ("window/rank0.json.gz", "window", [])
+    trace = tmp_path / "run" / "window/rank0.json.gz"
     assert step_names(trace) == []
     assert any(e.get("name") == "aten::mm" for e in events(trace))
     assert any("no step was seen" in w for w in record["warnings"])
@@ -480,7 +480,7 @@ def test_workload_runs_under_capture(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     record = run_json(tmp_path / "run")
     assert record["target"] == {"kind": "workload", "name": "mlp-train", "args": ["--steps", "5"]}
-    assert step_names(tmp_path / "run" / "rank0-cycle0.json.gz") == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert step_names(tmp_path / "run" / "cycle1/rank0.json.gz") == ["ProfilerStep#2", "ProfilerStep#3"]
 
 
 HOOKED = """
@@ -525,8 +525,8 @@ def test_extra_contexts_and_trace_listeners(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "seen.json").read_text()) == [["enter", False, 0], ["exit", False, 1]]
     record = run_json(tmp_path / "run")
-    assert files_by_name(record)["rank0-cycle0.json.gz"]["sidecars"] == ["rank0-cycle0.extra.json"]
-    side = json.loads((tmp_path / "run" / "rank0-cycle0.extra.json").read_text())
+    assert files_by_name(record)["cycle1/rank0.json.gz"]["sidecars"] == ["rank0.extra.json"]
+    side = json.loads((tmp_path / "run" / "cycle1" / "rank0.extra.json").read_text())
     assert side == {"steps": ["ProfilerStep#2", "ProfilerStep#3"], "recording": False}
 
 
@@ -688,7 +688,7 @@ def test_each_rank_of_a_multi_rank_run_writes_its_summary_beside_its_trace(tmp_p
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     (folder,) = list((tmp_path / "traceadvisor-runs").glob("train-*"))
-    traces = sorted(folder.glob("*.json.gz"))
+    traces = sorted(folder.glob("*/*.json.gz"))
     assert traces
     for trace in traces:
         got = read_summary(trace.with_name(trace.name + ".tasummary"), trace_key(trace))

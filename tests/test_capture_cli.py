@@ -79,3 +79,47 @@ def test_text_report_leaves_the_program_output_on_stdout(tmp_path: Path) -> None
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("starting {not json")
     assert "step 5 loss" in p.stdout and "atexit says bye" in p.stdout
+
+
+def test_capture_and_the_advisor_name_a_cycles_trace_alike(tmp_path: Path) -> None:
+    """The same cycle and rank get the same file name from capture and the advisor: both through
+    ``runinfo.trace_path``, observed here in what each really writes (cycle 1 and 2, rank 3)."""
+    from traceadvisor.capture.runinfo import trace_path
+
+    program = """
+import torch, traceadvisor
+model = torch.nn.Linear(8, 4)
+for i in range(int(__import__("sys").argv[1])):
+    model(torch.randn(2, 8)).sum().backward()
+    traceadvisor.step()
+"""
+    (tmp_path / "loop.py").write_text(program)
+    env_rank = {"RANK": "3", "WORLD_SIZE": "1"}
+    p = subprocess.run(
+        [sys.executable, "-m", "traceadvisor", "capture", "--out", "cap", "--no-analyze", *SMALL, "--repeat", "2",
+         "loop.py", "9"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, **env_rank},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    captured = sorted(f.relative_to(tmp_path / "cap").as_posix() for f in (tmp_path / "cap").rglob("*.json.gz"))
+
+    advised = """
+import sys, torch
+from torch.profiler import ProfilerActivity, profile, schedule
+from traceadvisor.advisor import Advisor
+advisor = Advisor("adv", rank=3, analyze=False)
+model = torch.nn.Linear(8, 4)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2, repeat=2),
+             on_trace_ready=advisor) as prof:
+    for i in range(8):
+        model(torch.randn(2, 8)).sum().backward()
+        prof.step()
+advisor.close()
+"""
+    p = subprocess.run([sys.executable, "-c", advised], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    written = sorted(f.relative_to(tmp_path / "adv").as_posix() for f in (tmp_path / "adv").rglob("*.json.gz"))
+
+    expected = [trace_path(3, "cycle", 1).as_posix(), trace_path(3, "cycle", 2).as_posix()]
+    assert expected == ["cycle1/rank3.json.gz", "cycle2/rank3.json.gz"]
+    assert captured == written == expected

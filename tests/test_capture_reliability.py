@@ -91,8 +91,8 @@ def step_names(trace: Path) -> list[str]:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Hidden (temporary) files in a run folder."""
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+    """Hidden (temporary) files in a run folder and its cycle folders."""
+    return sorted(p.name for p in folder.rglob(".*"))
 
 
 # -- the program's own profiler ---------------------------------------------------------------------
@@ -173,14 +173,14 @@ def test_program_profiler_opened_mid_cycle_keeps_capture_traces_and_records_its_
     # The three complete cycles are kept; the fourth was recording step 11 (warm-up 10) when the
     # program's profiler started: saved as partial; nothing after.
     assert [(f["path"], f["partial"]) for f in record["files"]] == [
-        ("rank0-cycle0.json.gz", False),
-        ("rank0-cycle1.json.gz", False),
-        ("rank0-cycle2.json.gz", False),
-        ("rank0-cycle3.json.gz", True),
+        ("cycle1/rank0.json.gz", False),
+        ("cycle2/rank0.json.gz", False),
+        ("cycle3/rank0.json.gz", False),
+        ("cycle4/rank0.json.gz", True),
     ]
-    assert files["rank0-cycle2.json.gz"]["steps"] == ["ProfilerStep#8", "ProfilerStep#9"]
-    assert step_names(tmp_path / "run" / "rank0-cycle1.json.gz") == ["ProfilerStep#5", "ProfilerStep#6"]
-    assert step_names(tmp_path / "run" / "rank0-cycle3.json.gz") == ["ProfilerStep#11"]
+    assert files["cycle3/rank0.json.gz"]["steps"] == ["ProfilerStep#8", "ProfilerStep#9"]
+    assert step_names(tmp_path / "run" / "cycle2/rank0.json.gz") == ["ProfilerStep#5", "ProfilerStep#6"]
+    assert step_names(tmp_path / "run" / "cycle4/rank0.json.gz") == ["ProfilerStep#11"]
     [warning] = record["warnings"]
     assert f"at {script}:" in warning and "after 11 steps" in warning
     assert leftovers(tmp_path / "run") == []
@@ -240,7 +240,7 @@ def test_run_json_is_final_whatever_ends_the_process(
     assert record["exit"].get("signal") == sig
     assert record["finished_at"] and record["duration_s"] > 0
     # The cycles written before the end are listed, and are on disk.
-    assert [f["path"] for f in record["files"]][:2] == ["rank0-cycle0.json.gz", "rank0-cycle1.json.gz"]
+    assert [f["path"] for f in record["files"]][:2] == ["cycle1/rank0.json.gz", "cycle2/rank0.json.gz"]
     assert all((out / f["path"]).is_file() for f in record["files"])
     if status == "abnormal":
         assert "completed by capture's watcher" in record["warnings"][-1]
@@ -349,7 +349,7 @@ def test_analysis_uses_the_starting_folder_for_config_and_output(tmp_path: Path)
     assert "TQ101" not in codes
     # Without the configuration, the same trace has that finding: the test can fail.
     plain = subprocess.run(
-        [sys.executable, "-m", "traceadvisor", "analyze", "-f", "json", str(tmp_path / "run" / "rank0-cycle0.json.gz")],
+        [sys.executable, "-m", "traceadvisor", "analyze", "-f", "json", str(tmp_path / "run" / "cycle1/rank0.json.gz")],
         cwd=tmp_path / "elsewhere",
         capture_output=True,
         text=True,

@@ -292,7 +292,7 @@ def test_capture_on_cpu_records_nothing_and_says_nothing(tmp_path: Path) -> None
     run = json.loads((out / "run.json").read_text())
     assert "sync_sites" not in run
     assert "synchroniz" not in proc.stderr.lower()
-    [trace] = sorted(out.glob("*.json.gz"))
+    [trace] = sorted(out.glob("*/*.json.gz"))
     key = _top(trace)["traceadvisor"]
     assert key["profiled_steps"] == [3, 4, 5] and "sync_sites" not in key
 
@@ -304,7 +304,7 @@ def test_capture_records_each_sync_of_the_recorded_steps_only(tmp_path: Path) ->
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen == [0, 0, 0, 1, 1, 1, 0, 0, 0, 0]
     run = json.loads((out / "run.json").read_text())
-    [trace] = sorted(out.glob("*.json.gz"))
+    [trace] = sorted(out.glob("*/*.json.gz"))
     block = _top(trace)["traceadvisor"]["sync_sites"]
     assert block == run["sync_sites"]
     assert block["steps"] == [3, 4, 5] and block["dropped"] == {} and block["source"] == "capture"

@@ -105,7 +105,7 @@ def test_capture_times_the_skipped_and_wait_steps_and_the_report_shows_them(tmp_
     assert all(t < 0.5e6 for t in times)  # no step holds the 0.5 s after the loop
 
     # Each trace carries the times measured up to its export, and its own recorded steps.
-    first, second = tmp_path / "run" / "rank0-cycle0.json.gz", tmp_path / "run" / "rank0-cycle1.json.gz"
+    first, second = tmp_path / "run" / "cycle1/rank0.json.gz", tmp_path / "run" / "cycle2/rank0.json.gz"
     key0, key1 = _top(first)["traceadvisor"], _top(second)["traceadvisor"]
     assert key0["unprofiled_steps"] == [1, 2, 3, 4] and key0["profiled_steps"] == [6, 7]
     assert key1["unprofiled_steps"] == [1, 2, 3, 4, 8, 9] and key1["profiled_steps"] == [11, 12]

@@ -29,6 +29,7 @@ from traceadvisor.advisor.backend import Backend, Outcome, ProcessBackend, Threa
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import TensorBoardSink, log_report
 from traceadvisor.capture.export import export_chrome_json
+from traceadvisor.capture.runinfo import trace_path
 from traceadvisor.capture.sync_sites import SyncSiteRecorder, profiler_recording
 from traceadvisor.capture.unprofiled import UnprofiledSteps, now_ns, profiler_off, recorded_steps
 from traceadvisor.config import Config
@@ -201,9 +202,10 @@ class Advisor:
                 self._hook(prof)
             self.cycles += 1
             rank = self.rank if self.rank is not None else detect_rank()
-            folder = self.out_dir / f"cycle{self.cycles}"
+            # cycle<N>/rank<R>.json.gz: the names capture gives its traces too (one function decides both).
+            trace = self.out_dir / trace_path(rank, "cycle", self.cycles)
+            folder = trace.parent
             folder.mkdir(parents=True, exist_ok=True)
-            trace = folder / f"rank{rank}.json.gz"
             # Plain JSON first (kineto writes it directly; the .gz suffix would make torch gzip it
             # here, on the training thread); the worker compresses it into ``trace`` atomically.
             raw = folder / f".rank{rank}.json.{os.getpid()}.tmp"

@@ -323,7 +323,7 @@ def _analyze(
     from traceadvisor.pipeline import configure
     from traceadvisor.report import render
 
-    names = ", ".join(p.name for p in paths)
+    names = ", ".join(f"{p.parent.name}/{p.name}" for p in paths)  # cycle1/rank0.json.gz
     sys.stderr.write(f"traceadvisor: analysing {names}\n")
     sys.stderr.flush()
     try:
@@ -387,10 +387,11 @@ def _temporary_files(rank: int) -> list[str]:
     from traceadvisor.capture.runinfo import run_file_name
 
     pid = os.getpid()
+    # Traces go to <cycle or window folder>/rank{R}.json.gz (runinfo.trace_path).
     return [
-        f".rank{rank}-*.{pid}.json.tmp",
-        f".rank{rank}-*.{pid}.json.tmp.tmp",
-        f".rank{rank}-*.json.gz.*.tmp",
+        f"*/.rank{rank}.json.gz.{pid}.json.tmp",
+        f"*/.rank{rank}.json.gz.{pid}.json.tmp.tmp",
+        f"*/.rank{rank}.json.gz.*.tmp",
         f".{run_file_name(rank)}.*.tmp",
     ]
 

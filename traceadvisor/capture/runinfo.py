@@ -1,7 +1,9 @@
 """The run folder: where traces go, which rank wrote them, and ``run.json`` describing the run.
 
-Layout: ``rank{R}-cycle{C}.json.gz`` per profiler cycle and rank, ``rank{R}-window.json.gz`` for the
-time window of a program without steps, and ``run.json`` (``run-rank{R}.json`` for ranks other than
+Layout: ``cycle{C}/rank{R}.json.gz`` per profiler cycle (counted from 1) and rank, the same names
+the in-loop advisor writes (``trace_path`` decides both), so ``traceadvisor analyze <run>/cycle{C}``
+reads every rank of one cycle; ``window/rank{R}.json.gz`` for the time window of a program without
+steps; and ``run.json`` (``run-rank{R}.json`` for ranks other than
 0, so the ranks of one ``torchrun`` share the folder without overwriting each other). ``run.json``
 is rewritten, atomically, whenever a trace lands, so a run killed later still describes what it
 left.
@@ -17,7 +19,7 @@ import platform
 import re
 import socket
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from traceadvisor.atomic import write_bytes
@@ -53,8 +55,23 @@ def run_file_name(rank: int) -> str:
     return "run.json" if rank == 0 else f"run-rank{rank}.json"
 
 
-def trace_file_name(rank: int, kind: str, index: int | None) -> str:
-    return f"rank{rank}-{kind}{'' if index is None else index}.json.gz"
+def trace_path(rank: int, kind: str = "cycle", cycle: int | None = None) -> PurePosixPath:
+    """Where a trace goes, relative to the run folder (capture) or the output folder (the advisor):
+    ``cycle{C}/rank{R}.json.gz`` for profiling cycle ``cycle`` (the first is 1) of rank ``rank``,
+    ``window/rank{R}.json.gz`` for capture's time window (``kind="window"``, no cycle). One folder
+    per cycle holds that cycle's ranks: analysing the folder analyses the cycle across ranks."""
+    if kind == "cycle":
+        if cycle is None or cycle < 1:
+            raise ValueError(f"cycles are counted from 1, not {cycle}")
+        return PurePosixPath(f"cycle{cycle}", f"rank{rank}.json.gz")
+    if kind == "window" and cycle is None:
+        return PurePosixPath("window", f"rank{rank}.json.gz")
+    raise ValueError(f"no trace path for kind {kind!r}, cycle {cycle}")
+
+
+def rank_traces(folder: Path, rank: int) -> list[Path]:
+    """The traces ``rank`` left in ``folder`` (any cycle, or the window), by ``trace_path``'s layout."""
+    return sorted(folder.glob(f"*/rank{rank}.json.gz"))
 
 
 def default_run_dir(label: str, now: dt.datetime | None = None) -> Path:
@@ -81,7 +98,7 @@ def prepare_run_dir(path: Path, rank: int, overwrite: bool) -> None:
     """Create the folder; refuse to mix this run's traces with an earlier run's (unless ``overwrite``)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        previous = [path / run_file_name(rank), *sorted(path.glob(f"rank{rank}-*.json.gz"))]
+        previous = [path / run_file_name(rank), *rank_traces(path, rank)]
         previous = [p for p in previous if p.exists()]
         if previous and not overwrite:
             raise UsageError(f"{path}: already holds a capture of rank {rank}; use another --out or --overwrite")

@@ -38,7 +38,7 @@ from traceadvisor.capture.export import export_chrome_json
 from traceadvisor.capture.foreign import ForeignProfilerWatch, calling_site, foreign_profiler_active
 from traceadvisor.capture.hooks import TorchStepHooks
 from traceadvisor.capture.options import CaptureOptions
-from traceadvisor.capture.runinfo import RunRecord, devices, now_iso, trace_file_name, versions
+from traceadvisor.capture.runinfo import RunRecord, devices, now_iso, trace_path, versions
 from traceadvisor.capture.steps import StepClock, StepSource
 from traceadvisor.capture.target import Outcome, Program
 from traceadvisor.capture.unprofiled import UnprofiledSteps, now_ns, with_key
@@ -92,7 +92,7 @@ class TraceFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path.name,
+            "path": trace_path(self.rank, self.kind, self.index).as_posix(),  # relative to the run folder
             "kind": self.kind,
             "cycle": self.index,
             "rank": self.rank,
@@ -411,7 +411,8 @@ class CaptureSession:
 
     def _on_trace_ready(self, prof: Any) -> None:
         steps, self._cycle_steps = self._cycle_steps, []
-        index, self._cycles = self._cycles, self._cycles + 1
+        self._cycles += 1
+        index = self._cycles  # cycles are counted from 1, as the advisor counts them (runinfo.trace_path)
         self._export(prof, "cycle", index, steps, partial=self._stopping)
 
     def _finish(self, window: TimeWindow) -> None:
@@ -451,12 +452,13 @@ class CaptureSession:
 
     # -- writing traces ----------------------------------------------------------------------------
     def _export(self, prof: Any, kind: str, index: int | None, steps: list[int], partial: bool) -> None:
-        name = trace_file_name(self.rank, kind, index)
+        name = trace_path(self.rank, kind, index).as_posix()
         path = self.out_dir / name
-        tmp = self.out_dir / f".{name}.{os.getpid()}.json.tmp"
+        tmp = path.parent / f".{path.name}.{os.getpid()}.json.tmp"
         if os.getpid() != self._pid:
             return
         try:
+            path.parent.mkdir(exist_ok=True)
             export_chrome_json(prof, tmp)
             key = self.unprofiled.key(steps)
             for part in list(self.trace_key_parts):
