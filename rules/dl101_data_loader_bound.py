@@ -23,7 +23,7 @@ from traceadvisor.rules_api import (
     per_step,
     replay_basis,
     scenario_saving,
-    share_of_steps,
+    share_of_steps_text,
     unprofiled_idle_cap_ns,
     us,
     worth_reporting,
@@ -142,10 +142,11 @@ def _message(trace: Trace, wait: int, idle: ClaimedIdle, single: bool, replayed:
     )
     return (
         f"The steps waited {fmt_ns(wait)} for the DataLoader ({fmt_ns(per_step)} per step) and the GPU idled "
-        f"{fmt_ns(idle.raw_ns)} ({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) meanwhile"
+        f"{fmt_ns(idle.raw_ns)} ({share_of_steps_text(trace, idle.raw_ns)}) meanwhile"
         + (
             f". Replayed with the batches ready when asked for (loaded by workers meanwhile), the step takes "
-            f"{fmt_ns(replayed.saving_ns)} less ({replayed.share_pct:.0f}% of the predicted unprofiled step; "
+            f"{fmt_ns(replayed.saving_ns)} less ({replayed.share_pct:.0f}% of the "
+            f"{fmt_ns(replayed.before_ns)} predicted unprofiled step; "
             "the best case: workers slower than the step would leave a stall of their own)."
             if replayed is not None
             else f" (about {fmt_ns(idle.recoverable_ns)} without the profiler)."

@@ -24,7 +24,7 @@ from traceadvisor.rules_api import (
     evidence_of,
     fmt_ns,
     idle_attribution,
-    share_of_steps,
+    share_of_steps_text,
     unprofiled_idle_cap_ns,
     us,
     worth_reporting,
@@ -117,7 +117,7 @@ class IdleGap(Rule[Options]):
             trace,
             message=(
                 f"GPU idle {fmt_ns(total)} in {len(gaps)} gaps of {opts.min_gap_us:g} µs or more "
-                f"({share_of_steps(trace, total):.1f}% of the steps). {fmt_ns(mine.raw_ns)} of it is not another "
+                f"({share_of_steps_text(trace, total)}). {fmt_ns(mine.raw_ns)} of it is not another "
                 f"rule's cause (CPU stalls, GPU-side waits), most in {top_name} ({fmt_ns(top_ns)}); about "
                 f"{fmt_ns(mine.recoverable_ns)} of that would remain without the profiler. Idle by cause: {breakdown}."
             ),

@@ -280,7 +280,7 @@ def _head(n_steps: int, data: dict[str, int | float], top: pd.Series) -> str:
     return (
         f"{data['launch_bound_steps']} of {n_steps} steps are launch-bound: {data['kernels_per_step']:.0f} "
         f"kernels per step, {data['short_pct']:.0f}% shorter than their launch call (median kernel "
-        f"{fmt_time(data['median_kernel_us'])}), GPU busy {data['busy_pct']:.0f}% of the step; the GPU idled "
+        f"{fmt_time(data['median_kernel_us'])}), GPU busy {data['busy_pct']:.0f}% of each profiled step; the GPU idled "
         f"{fmt_time(data['launch_bound_idle_us'])} waiting for launches. Most launched: "
         + ", ".join(f"{nm[:60]} ×{c}" for nm, c in top.items())
         + "."

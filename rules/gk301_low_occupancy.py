@@ -95,7 +95,7 @@ class LowOccupancy(Rule[Options]):
             trace,
             message=(
                 f"{len(hot)} hot kernel(s) fill few SMs: {short} runs {fmt_ns(top['dur_ns'])} "
-                f"({top['pct']:.0f}% of kernel time) with {int(top['blocks'])} blocks, "
+                f"({top['pct']:.0f}% of the trace's kernel time less communication) with {int(top['blocks'])} blocks, "
                 f"{100 * top['coverage']:.0f}% SM coverage{f' of {sms} SMs' if sms else ''}; low-occupancy kernels "
                 f"take {fmt_ns(hot['dur_ns'].sum())} in all."
             ),

@@ -120,7 +120,8 @@ class PageableCopy(Rule[Options]):
             message=_message(pageable, sync_calls, blocked, location)
             + (
                 f". Replayed from pinned memory, the step takes {fmt_ns(replayed.saving_ns)} less "
-                f"({replayed.share_pct:.0f}% of the predicted unprofiled step; {rate_basis})."
+                f"({replayed.share_pct:.0f}% of the {fmt_ns(replayed.before_ns)} predicted unprofiled step; "
+                f"{rate_basis})."
                 if replayed is not None and replayed.refused is None
                 else f". From pinned memory they would need ~{fmt_ns(impact)} less ({rate_basis})."
             ),

@@ -187,7 +187,8 @@ class UnfusedAttention(Rule[Options]):
             trace,
             message=(
                 f"Attention materializes {lq}×{sk} score matrices ({bh} batch·heads): matmul → softmax → matmul "
-                f"and their elementwise/backward ops take {fmt_ns(path_ns)} ({share:.0f}% of kernel time) "
+                f"and their elementwise/backward ops take {fmt_ns(path_ns)} ({share:.0f}% of all kernel "
+                f"time in the trace) "
                 f"without a fused SDPA kernel."
             ),
             recommendation=RECOMMENDATION,

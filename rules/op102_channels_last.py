@@ -94,7 +94,8 @@ class ChannelsLast(Rule[Options]):
             trace,
             message=(
                 f"cuDNN transposed NCHW tensors to NHWC and back around {convs // steps} convolution ops per step: "
-                f"{len(tk) // steps} transpose kernels, {fmt_ns(t_ns / steps)} per step ({share:.0f}% of kernel time)."
+                f"{len(tk) // steps} transpose kernels, {fmt_ns(t_ns / steps)} per step "
+                f"({share:.0f}% of all kernel time in the trace)."
             ),
             recommendation=RECOMMENDATION,
             per_step=per_step(saving),

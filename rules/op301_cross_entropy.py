@@ -132,7 +132,7 @@ class CrossEntropy(Rule[Options]):
             message=(
                 f"The loss over a {vocab}-word vocabulary runs on fp32 logits ({numel / 1e6:.0f} M elements): "
                 f"its {len(mine) // steps} casts, log_softmax, fills and backward kernels per step take "
-                f"{fmt_ns(loss_ns / steps)} per step ({share:.0f}% of kernel time)."
+                f"{fmt_ns(loss_ns / steps)} per step ({share:.0f}% of kernel time in the steps)."
             ),
             recommendation=RECOMMENDATION,
             per_step=per_step(saving),

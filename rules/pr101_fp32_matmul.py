@@ -143,7 +143,8 @@ class Fp32Matmul(Rule[Options]):
         yield self.finding(
             trace,
             message=(
-                f"{len(ops.rows)} fp32 matmul ops ran {fmt_ns(gemm_ns)} ({share:.0f}% of kernel time) on "
+                f"{len(ops.rows)} fp32 matmul ops ran {fmt_ns(gemm_ns)} ({share:.0f}% of all kernel "
+                f"time in the trace) on "
                 f"non-tensor-core kernels{rate} (e.g. {top_kernel[:80]}); TF32 is off."
             ),
             recommendation=RECOMMENDATION,

@@ -109,7 +109,8 @@ class MixedPrecision(Rule[Options]):
             trace,
             message=(
                 f"{len(full) // steps} fp32/TF32 convolution and matmul kernels per step ran "
-                f"{fmt_ns(full_ns / steps)} per step ({share:.0f}% of kernel time) where bf16 autocast would "
+                f"{fmt_ns(full_ns / steps)} per step ({share:.0f}% of all kernel time in the trace) "
+                "where bf16 autocast would "
                 f"use the bf16 tensor cores{rate}."
             ),
             recommendation=RECOMMENDATION,

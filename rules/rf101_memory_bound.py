@@ -182,7 +182,8 @@ class Summary:
             _CLASS_WORDS.get(c, c) for c in self.in_chain.groupby("op_class")["dur_ns"].sum().sort_values().index[::-1]
         )
         return (
-            f"Memory-bound kernels take {fmt_ns(self.mem_ns)} ({self.mem_pct:.0f}% of kernel time; "
+            f"Memory-bound kernels take {fmt_ns(self.mem_ns)} ({self.mem_pct:.0f}% of kernel time "
+            "in the analysis window; "
             f"peak {self.bw:.0f} GB/s). {plural(self.chains, 'chain')} of {len(self.in_chain)} {classes} kernels "
             f"({fmt_ns(self.chain_ns)}) write intermediate tensors to memory and read them back: "
             f"{self.before_gb:.2f} GB moved where fused kernels would move {self.after_gb:.2f} GB. "

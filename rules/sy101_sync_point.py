@@ -29,7 +29,7 @@ from traceadvisor.rules_api import (
     per_step,
     replay_basis,
     saving_of,
-    share_of_steps,
+    share_of_steps_text,
     sync_location,
     us,
 )
@@ -190,10 +190,10 @@ def _message(
         f"{len(mine)} host-device synchronizations in the steps ({per_step:.1f} per step), "
         f"most caused by {top_cause}{at_source(location)}; by cause: {parts}. The host "
         f"blocked {fmt_ns(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_ns(idle.raw_ns)} "
-        f"({share_of_steps(trace, idle.raw_ns):.1f}% of the steps) draining and refilling its queue around them. "
+        f"({share_of_steps_text(trace, idle.raw_ns)}) draining and refilling its queue around them. "
         + (
             f"Replayed without the profiler and without these waits, the step takes {fmt_ns(replayed.saving_ns)} "
-            f"less ({replayed.share_pct:.1f}% of the predicted unprofiled step)."
+            f"less ({replayed.share_pct:.1f}% of the {fmt_ns(replayed.before_ns)} predicted unprofiled step)."
             if len(trace.steps.table)
             else "The trace has no steps: no step to replay, so no saving is estimated."
         )

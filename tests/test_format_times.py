@@ -72,3 +72,33 @@ def test_no_rule_formats_a_time_by_hand() -> None:
         if hand.search(line)
     ]
     assert offenders == []
+
+
+def test_every_impact_names_its_denominator_as_computed() -> None:
+    """The impact line's share names what it is a share of, and that figure is the one the rule
+    divided by: the predicted unprofiled step for a replayed saving, the analysed span otherwise."""
+    from fixture_paths import REPO
+
+    from traceadvisor.pipeline import analyze
+    from traceadvisor.report.format import impact_text
+    from traceadvisor.trace.load import load_file
+
+    path = REPO / "fixtures" / "traces" / "train_step.json.gz"
+    report = analyze([path])
+    trace = load_file(path)
+    step = report.traces[0].step_time
+    assert step is not None and step.unprofiled_step_us is not None
+    kinds = set()
+    for f in report.findings:
+        if f.impact is None or f.impact.share_pct <= 0:
+            continue
+        text = impact_text(f.impact)
+        if f.impact.saving_per_step_us is not None:
+            kinds.add("replay")
+            assert text.startswith(f"{fmt_time(f.impact.saving_per_step_us)} a step ")
+            assert f"% of the {fmt_time(step.unprofiled_step_us)} predicted step)" in text
+            assert f"; {fmt_time(f.impact.time_us)} over {len(trace.steps.table)} steps" in text
+        else:
+            kinds.add("estimate")
+            assert text.endswith(f"% of the {fmt_time(trace.analysed_ns / 1e3)} analysed)")
+    assert kinds == {"replay", "estimate"}

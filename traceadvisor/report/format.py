@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from traceadvisor.report.finding import Finding, Severity
+from traceadvisor.report.finding import Finding, Impact, Severity
 from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, Skipped, StepSummary, StepTime, Verdict
 
 T = TypeVar("T")
@@ -283,3 +283,25 @@ def hidden_findings_line(hidden: Sequence[tuple[int, Finding]]) -> str:
     n = len(hidden)
     what = "finding" if n == 1 else "findings"
     return f"{n} more {what} with no predicted saving: {codes} (--all shows them)"
+
+
+def impact_text(impact: Impact) -> str:
+    """A finding's impact with the denominator of its share named and its length shown.
+
+    A replayed saving (``saving_per_step_us``): the saving per step, its share of the predicted
+    unprofiled step, and the total over the steps (``2.249 ms a step (73.7% of the 3.050 ms
+    predicted step); 6.746 ms over 3 steps``), the figures the verdict and the what-if use. A rule's
+    own estimate: the time over the analysed steps and its share of their span (``trace.analysed_ns``,
+    which can be longer than the report's window: it spans both the CPU and the GPU side of the
+    steps): ``1.565 ms (6.1% of the 25.47 ms analysed)``. Each denominator is recovered from the
+    impact itself (share = part / whole), so a finding of one rank names that rank's step."""
+    share = impact.share_pct
+    per_step = impact.saving_per_step_us
+    if per_step is not None:
+        head = f"{fmt_time(per_step)} a step"
+        step = f" {fmt_time(100.0 * per_step / share)}" if share > 0 else ""
+        steps = round(impact.time_us / per_step) if per_step > 0 else 0
+        total = f"; {fmt_time(impact.time_us)} over {steps} steps" if steps > 1 else ""
+        return f"{head} ({share:.1f}% of the{step} predicted step){total}"
+    whole = f" {fmt_time(100.0 * impact.time_us / share)}" if share > 0 else ""
+    return f"{fmt_time(impact.time_us)} ({share:.1f}% of the{whole} analysed)"

@@ -20,6 +20,7 @@ from traceadvisor.report.format import (
     fmt_time,
     hidden_findings_line,
     hidden_steps_line,
+    impact_text,
     more_warnings_line,
     num,
     rank_cells,
@@ -105,7 +106,7 @@ def _trace(t: TraceSummary) -> list[str]:
     if t.steps:
         out += _steps(t.steps)
     if t.top_kernels:
-        out += ["| kernel | calls | time | share |", "|---|---:|---:|---:|"]
+        out += ["| top kernels in the window | calls | time | share |", "|---|---:|---:|---:|"]
         out += [
             f"| {markdown_code(k.name)} | {k.count} | {fmt_time(k.total_us)} | {k.share_pct:.1f}% |"
             for k in t.top_kernels
@@ -151,7 +152,7 @@ def _finding(i: int, f: Finding) -> list[str]:
     out = [f"### {i}. \\[{markdown(f.severity.value)}\\] {markdown(f.rule)} \\({markdown(f.code)}\\){who}"]
     out += ["", _text(f.message), ""]
     if f.impact is not None:
-        out.append(f"- impact: {fmt_time(f.impact.time_us)} ({f.impact.share_pct:.1f}%), {_text(f.impact.basis)}")
+        out.append(f"- impact: {_text(impact_text(f.impact))}: {_text(f.impact.basis)}")
     if f.location is not None:
         out.append(f"- location: {_location(f.location)}")
     out += [f"- fix: {_text(f.recommendation)}", ""]

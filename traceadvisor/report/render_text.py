@@ -26,6 +26,7 @@ from traceadvisor.report.format import (
     fmt_time,
     hidden_findings_line,
     hidden_steps_line,
+    impact_text,
     middle,
     more_warnings_line,
     num,
@@ -182,7 +183,7 @@ def _trace(console: Console, t: TraceSummary) -> None:
         console.print(f"  GPU idle by cause: {parts}")
     if t.top_kernels:
         rows = [[_name(k.name), str(k.count), fmt_time(k.total_us), f"{k.share_pct:.1f}%"] for k in t.top_kernels]
-        _table(console, ["top kernels", "calls", "time", "share"], rows)
+        _table(console, ["top kernels in the window", "calls", "time", "share"], rows)
     if t.annotations is not None:
         _annotations(console, t.annotations)
     print_cpu_section(console, t.cpu)
@@ -235,8 +236,7 @@ def _findings(console: Console, report: Report, show_all: bool) -> None:
         head = f"{i}. [{_name(sev)}] {_name(f.rule)} ({_name(f.code)}){who}: "
         console.print(Text(head, style=_SEVERITY_STYLE.get(sev, "")) + Text(_text(f.message)))
         if f.impact is not None:
-            impact = f"{fmt_time(f.impact.time_us)} ({f.impact.share_pct:.1f}% of the step)"
-            console.print(f"   impact: {impact}: {_text(f.impact.basis)}")
+            console.print(f"   impact: {impact_text(f.impact)}: {_text(f.impact.basis)}")
         loc = f.location
         if loc is not None:
             label = "at" if loc.line_kind == "exact" else "in"  # "in step (defined at train.py:30)"
