@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from traceadvisor.advisor.backend import Backend, Outcome, ProcessBackend, ThreadBackend
 from traceadvisor.advisor.report import AdvisorReport
-from traceadvisor.advisor.sinks import TensorBoardSink, log_report
+from traceadvisor.advisor.sinks import ConsoleSink, TensorBoardSink
 from traceadvisor.capture.export import export_chrome_json
 from traceadvisor.capture.runinfo import trace_path
 from traceadvisor.capture.sync_sites import SyncSiteRecorder, profiler_recording
@@ -114,6 +114,8 @@ class Advisor:
         max_restarts: worker replacements allowed before analysis is turned off with a warning.
         hook_step: wrap the profiler's ``step`` to deliver reports; turn off if you call ``poll()``.
         max_trace_gib: refuse traces that inflate past this size (as ``analyze --max-size``).
+        console: print the run's first report, and every later one with a medium or high finding,
+            to stderr (the rest go to logging); ``False``: every report to logging only.
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class Advisor:
         max_restarts: int = 2,
         hook_step: bool = True,
         max_trace_gib: float = 16.0,
+        console: bool = True,
     ) -> None:
         if mode not in ("process", "thread"):
             raise ValueError(f"mode must be 'process' or 'thread', not {mode!r}")
@@ -173,6 +176,7 @@ class Advisor:
             self._callbacks = [on_findings]
         else:
             self._callbacks = list(on_findings)
+        self._console = ConsoleSink(console)
         self._tensorboard = TensorBoardSink(tensorboard, self.out_dir / "tensorboard") if tensorboard else None
         self.reports: deque[AdvisorReport] = deque(maxlen=_MAX_REPORTS_KEPT)
         self.cycles = 0
@@ -399,7 +403,7 @@ class Advisor:
         return delivered
 
     def _send(self, report: AdvisorReport) -> None:
-        sinks: list[tuple[str, Callback]] = [("logging", log_report)]
+        sinks: list[tuple[str, Callback]] = [("console", self._console)]
         if self._tensorboard is not None:
             sinks.append(("TensorBoard", self._tensorboard))
         sinks.extend((f"on_findings callback {getattr(cb, '__qualname__', repr(cb))}", cb) for cb in self._callbacks)

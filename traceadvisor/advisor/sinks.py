@@ -1,8 +1,9 @@
-"""Where reports go besides the user's callback: Python logging and TensorBoard."""
+"""Where reports go besides the user's callback: the console (stderr), Python logging and TensorBoard."""
 
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,43 @@ def log_report(report: AdvisorReport) -> None:
     worst = report.worst_severity
     level = logging.WARNING if worst is not None and worst.rank >= Severity.medium.rank else logging.INFO
     logger.log(level, "%s", format_report(report), extra={"traceadvisor_report": report})
+
+
+def deserves_console(report: AdvisorReport) -> bool:
+    """A report with a medium or high finding: one the user must see whatever logging does."""
+    worst = report.worst_severity
+    return worst is not None and worst.rank >= Severity.medium.rank
+
+
+class ConsoleSink:
+    """The default sink: the run's first report and every later one with a medium or high finding
+    are printed to stderr; the others go to logging (``log_report``).
+
+    Why print: an unconfigured Python logging drops INFO records (a report without a medium or high
+    finding) and prints WARNING ones bare through its last-resort handler, so a user who set up no
+    logging saw nothing of a first report with only low findings. A printed report is also logged
+    when logging has a handler for it (a log file keeps every report); without one it is not, since
+    the last-resort handler would print it a second time. ``enabled=False`` (``Advisor(console=False)``)
+    sends every report to logging only, as before.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.printed = 0
+        self._first = True
+
+    def __call__(self, report: AdvisorReport) -> None:
+        first, self._first = self._first, False
+        if not self.enabled or not (first or deserves_console(report)):
+            log_report(report)
+            return
+        stream = sys.stderr
+        if stream is not None:  # a process started with stderr closed
+            stream.write(format_report(report) + "\n")
+            stream.flush()
+            self.printed += 1
+        if logger.hasHandlers() or stream is None:
+            log_report(report)
 
 
 class TensorBoardSink:

@@ -11,7 +11,9 @@ Works with ``lightning`` (``lightning.pytorch``) and ``pytorch_lightning``: the 
 so it also works in the other package's ``Trainer``; ``callback_class("pytorch_lightning")`` gives a
 class based on that package's ``Callback`` explicitly.
 
-Reports go to Python logging (logger ``traceadvisor``), to every ``trainer.loggers`` entry as
+Reports go to the console (stderr: the first report and any with a medium or high finding;
+``console=False`` turns it off) and Python logging (logger ``traceadvisor``; the others),
+to every ``trainer.loggers`` entry as
 metrics (``log_metrics``; ``traceadvisor/findings_high`` and so on, at the trainer's global step),
 to the TensorBoard logger as Markdown text, and to ``on_findings``. Under several processes every
 rank writes its trace and rank 0 analyses and reports. The framework is imported only when the

@@ -9,7 +9,9 @@ window of optimizer steps and reports.
     TraceAdvisorCallback.attach(trainer, skip_first=20, active=5)   # or callbacks=[TraceAdvisorCallback()]
     trainer.train()
 
-Reports go to Python logging (logger ``traceadvisor``), to ``on_findings``, and as metrics through
+Reports go to the console (stderr: the first report and any with a medium or high finding;
+``console=False`` turns it off) and Python logging (logger ``traceadvisor``; the others),
+to ``on_findings``, and as metrics through
 ``Trainer.log`` (so every ``report_to`` integration, TensorBoard, W&B, MLflow, ..., receives
 ``traceadvisor/findings_high`` and the rest, and ``trainer.state.log_history`` records them). A
 callback does not receive the trainer from ``transformers``: ``attach(trainer)`` (or
