@@ -123,3 +123,15 @@ advisor.close()
     expected = [trace_path(3, "cycle", 1).as_posix(), trace_path(3, "cycle", 2).as_posix()]
     assert expected == ["cycle1/rank3.json.gz", "cycle2/rank3.json.gz"]
     assert captured == written == expected
+
+
+def test_all_lists_every_finding_of_the_capture(tmp_path: Path) -> None:
+    (tmp_path / "noisy.py").write_text(NOISY)
+    findings = json.loads(capture(tmp_path, "--out", "a", *SMALL, "-f", "json", "noisy.py").stdout)["findings"]
+    assert findings  # on the CPU at least missing-capture-flags (TQ101), which predicts no saving
+    default = capture(tmp_path, "--out", "b", *SMALL, "-f", "markdown", "noisy.py")
+    everything = capture(tmp_path, "--out", "c", *SMALL, "-f", "markdown", "--all", "noisy.py")
+    assert default.returncode == everything.returncode == 0, default.stderr + everything.stderr
+    assert "(--all shows them)" in default.stdout and "(--all shows them)" not in everything.stdout
+    for i, f in enumerate(findings, 1):
+        assert f"### {i}. " in everything.stdout and f"\\({f['code']}\\)" in everything.stdout

@@ -39,3 +39,28 @@ def test_every_command_help_has_an_example_of_itself() -> None:
         assert examples, name
         # Each example is an invocation of this very command, on one line of its own (not rewrapped).
         assert all(e.startswith(f"traceadvisor {name}") for e in examples), (name, examples)
+
+
+def test_all_lists_the_findings_without_a_saving() -> None:
+    """``analyze --all`` lists every finding; without it those with no predicted saving are one line."""
+    import json
+
+    from fixture_paths import FIXTURE_TRACES
+
+    trace = str(FIXTURE_TRACES / "train_step.json.gz")
+
+    def analyze(*args: str) -> str:
+        p = subprocess.run(
+            [sys.executable, "-m", "traceadvisor", "analyze", trace, *args], capture_output=True, text=True, timeout=120
+        )
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    codes = [f["code"] for f in json.loads(analyze("-f", "json"))["findings"]]
+    default, everything = analyze(), analyze("--all")
+    assert "(--all shows them)" in default and "(--all shows them)" not in everything
+    for i, code in enumerate(codes, 1):
+        assert f"{i}. [" in everything and f"({code})" in everything
+    hidden = [c for i, c in enumerate(codes, 1) if f"{c} (#{i})" in default]
+    assert hidden and all(f"({c})" not in default.split("more finding")[0] for c in hidden)
+    assert f"### {len(codes)}. " in analyze("-f", "markdown", "--all")

@@ -46,6 +46,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "traceadvisor analyze trace.json.gz",
         "traceadvisor analyze runs/ --format markdown -o report.md",
         "traceadvisor analyze trace.json.gz --select SY --fail-on medium",
+        "traceadvisor analyze trace.json.gz --all",
     ),
     "rules": ("traceadvisor rules", "traceadvisor rules --format json --rules-dir my_rules/"),
     "explain": ("traceadvisor explain sync-point", "traceadvisor explain GK102"),
@@ -229,6 +230,10 @@ def analyze(
         int | None,
         typer.Option("--gpus-per-node", help="Ranks per host (host = rank // N) where a trace names no host."),
     ] = None,
+    show_all: Annotated[
+        bool,
+        typer.Option("--all", help="List every finding, also those with no predicted saving (text, Markdown)."),
+    ] = False,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
     from traceadvisor.console import analyze_or_fail, report_destination, report_width, to_terminal, write_report
@@ -259,7 +264,8 @@ def analyze(
             known = ", ".join(str(t.rank) for t in report.traces if t.rank is not None) or "none"
             raise fail(f"--rank {rank}: no trace of that rank (ranks: {known})")
         report = focus(report, rank)
-    write_report(render(report, fmt, color=to_terminal(output), width=report_width(output)), output)
+    data = render(report, fmt, color=to_terminal(output), width=report_width(output), show_all=show_all)
+    write_report(data, output)
     global _report_written
     _report_written = True
     worst = report.worst_severity()

@@ -142,6 +142,9 @@ def capture(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here.")] = None,
     select: Annotated[list[str] | None, typer.Option("--select", help="Run only these rules.")] = None,
     ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Skip these rules.")] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="List every finding, also those with no predicted saving.")
+    ] = False,
 ) -> None:
     """Run a script (or module, or reference workload) under a scheduled profiler, then analyse it."""
     command = ["traceadvisor", *sys.argv[1:]]
@@ -169,7 +172,9 @@ def capture(
             _check_rule_selection(select, ignore)
     except UsageError as exc:
         raise fail(str(exc)) from None
-    code = _run(command, target, spec, options, out, overwrite, analyze, fmt, output, select, ignore, start)
+    code = _run(
+        command, target, spec, options, out, overwrite, analyze, fmt, output, select, ignore, start, show_all=show_all
+    )
     if code:
         raise typer.Exit(code=code)
 
@@ -187,6 +192,8 @@ def _run(
     select: list[str] | None,
     ignore: list[str] | None,
     start: Path,
+    *,
+    show_all: bool = False,
 ) -> int:
     import importlib.util
 
@@ -259,7 +266,9 @@ def _run(
     if files and _world_size() > 1:
         _write_rank_summaries([f.path for f in files])
     if analyze and files and rank == 0:
-        analysis_code = _analyze([f.path for f in files], fmt, output, select, ignore, start, program_stdout)
+        analysis_code = _analyze(
+            [f.path for f in files], fmt, output, select, ignore, start, program_stdout, show_all=show_all
+        )
     elif analyze and files:
         sys.stderr.write(f"traceadvisor: rank {rank}: not analysing; rank 0 prints the report\n")
     if outcome.code:
@@ -314,6 +323,8 @@ def _analyze(
     ignore: list[str] | None,
     start: Path,
     program_stdout: ProgramStdout | None = None,
+    *,
+    show_all: bool = False,
 ) -> int:
     """Analyse the captured traces and write the report as ``traceadvisor analyze`` would (the same
     library calls, warnings, errors and output), with the configuration found from ``start``, the
@@ -335,7 +346,7 @@ def _analyze(
                 raise fail(str(exc)) from None
             report = analyze_or_fail(paths, cfg, MAX_ANALYSIS_BYTES)
             width = report_width(destination)
-            data = render(report, fmt, color=to_terminal(destination), width=width)
+            data = render(report, fmt, color=to_terminal(destination), width=width, show_all=show_all)
             with (program_stdout or ProgramStdout(False)).report():  # only the report reaches stdout
                 write_report(data, destination)
     except typer.Exit as exc:
