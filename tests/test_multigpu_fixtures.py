@@ -19,6 +19,8 @@ marked slow), and its output goes through the same schema and straggler checks.
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import json
 import os
 import subprocess
@@ -230,6 +232,113 @@ def test_the_flight_recorder_dump_is_beside_its_traces(manifest: Path, scenario:
 
 
 # ---------------------------------------------------------------- the driver, here, on CPU
+
+
+@cache
+def _driver() -> Any:
+    """The driver as a module (it imports torch: a capture script, not the analysis path)."""
+    spec = importlib.util.spec_from_file_location("capture_multigpu", DRIVER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("run", ["input_delay_2r", "uneven_work_2r"])
+def test_trimming_to_the_active_window_keeps_the_analysis(run: str, tmp_path: Path) -> None:
+    """Two ranks on a GPU (kernels, runtime launches, flows): the trimmed traces give the same
+    findings, savings and GPU busy time as the originals."""
+    src = sorted((REPO / "fixtures" / "traces" / "multirank_gpu" / run).glob("rank*.json.gz"))
+    for p in src:
+        counts = _driver().trim_trace(p, tmp_path / p.name)
+        assert counts["kept"] > 0
+    before = analyze([str(p) for p in src])
+    after = analyze([str(tmp_path / p.name) for p in src])
+
+    def summary(r: Report) -> list[Any]:
+        return [(f.code, f.ranks, f.impact.saving_per_step_us if f.impact else None) for f in r.findings]
+
+    assert summary(after) == summary(before)
+    assert [t.gpu_busy_us for t in after.traces] == [t.gpu_busy_us for t in before.traces]
+
+
+def test_trimming_drops_what_lies_outside_the_steps_and_keeps_late_gpu_work(tmp_path: Path) -> None:
+    """Host events before/after the recorded steps go; a kernel launched inside the last step that
+    ends after it stays (by its correlation id), one launched outside goes; metadata stays."""
+    src = REPO / "fixtures" / "traces" / "multirank_gpu" / "input_delay_2r" / "rank0.json.gz"
+    with gzip.open(src, "rt") as fh:
+        trace = json.load(fh)
+    steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    end = max(e["ts"] + e["dur"] for e in steps)
+    start = min(e["ts"] for e in steps)
+    pid, tid = steps[0]["pid"], steps[0]["tid"]
+    added = [
+        {"ph": "X", "cat": "cpu_op", "name": "early_op", "pid": pid, "tid": tid, "ts": start - 5e6, "dur": 10},
+        {"ph": "X", "cat": "cpu_op", "name": "late_op", "pid": pid, "tid": tid, "ts": end + 5e6, "dur": 10},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": pid,
+            "tid": tid,
+            "ts": end - 5,
+            "dur": 3,
+            "args": {"correlation": 987654321},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "late_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": end + 4e6,
+            "dur": 50,
+            "args": {"correlation": 987654321},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "stray_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": end + 6e6,
+            "dur": 50,
+            "args": {"correlation": 123456789},
+        },
+    ]
+    trace["traceEvents"] += added
+    with gzip.open(tmp_path / "in.json.gz", "wt") as fh:
+        json.dump(trace, fh)
+    _driver().trim_trace(tmp_path / "in.json.gz", tmp_path / "out.json.gz")
+    with gzip.open(tmp_path / "out.json.gz", "rt") as fh:
+        kept = json.load(fh)["traceEvents"]
+    names = {e.get("name") for e in kept}
+    assert "late_kernel" in names and "cudaLaunchKernel" in names
+    assert not names & {"early_op", "late_op", "stray_kernel"}
+    meta_in = sum(1 for e in trace["traceEvents"] if e.get("ph") == "M")
+    assert sum(1 for e in kept if e.get("ph") == "M") == meta_in
+    assert len([e for e in kept if str(e.get("name", "")).startswith("ProfilerStep#")]) == len(steps)
+
+
+def test_the_tar_is_split_into_parts_under_the_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = _driver()
+    kind = tmp_path / "pack" / "h200-x2"
+    (kind / "a").mkdir(parents=True)
+    for i in range(5):
+        (kind / "a" / f"rank{i}.json.gz").write_bytes(os.urandom(40_000))
+    (kind / "multigpu.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(driver, "TAR_PART_BYTES", 100_000)
+    names = driver._pack(kind, out, "h200-x2")
+    assert names == [f"multigpu_h200-x2.part{i}.tar" for i in (1, 2, 3)]
+    members: list[str] = []
+    for n in names:
+        assert (out / n).stat().st_size <= 100_000 + 10_240  # a tar's own blocks and end-of-archive
+        with tarfile.open(out / n) as tar:
+            members += tar.getnames()
+    assert sorted(members) == sorted(["h200-x2/multigpu.json"] + [f"h200-x2/a/rank{i}.json.gz" for i in range(5)])
 
 
 @pytest.mark.slow
