@@ -94,3 +94,15 @@ def test_a_real_cpu_loop_shows_its_first_report_without_any_logging_setup(tmp_pa
         return
     assert p.stderr.count("traceadvisor: cycle 1, rank 0") == 1  # printed once, not again by logging
     assert ("traceadvisor: cycle 2, rank 0" in p.stderr) == (worst[1] in ("medium", "high"))
+
+
+def test_the_configuration_that_applied_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from traceadvisor.pipeline import configure
+
+    cfg = tmp_path / "traceadvisor.toml"
+    cfg.write_text('ignore = ["SY"]\n')
+    path = FIXTURE_TRACES / "planted_sync_in_loop.json.gz"
+    report = analyze([path], configure(cfg))
+    assert report.findings and not any(f.code.startswith("SY") for f in report.findings)  # it applied
+    ConsoleSink()(AdvisorReport(cycle=1, rank=0, step=None, trace_path=path, report=report))
+    assert capsys.readouterr().err.splitlines()[1] == f"  config: {cfg} (--config)"

@@ -135,3 +135,12 @@ def test_all_lists_every_finding_of_the_capture(tmp_path: Path) -> None:
     assert "(--all shows them)" in default.stdout and "(--all shows them)" not in everything.stdout
     for i, f in enumerate(findings, 1):
         assert f"### {i}. " in everything.stdout and f"\\({f['code']}\\)" in everything.stdout
+
+
+def test_the_configuration_found_from_the_start_folder_is_named(tmp_path: Path) -> None:
+    (tmp_path / "noisy.py").write_text(NOISY)
+    (tmp_path / "traceadvisor.toml").write_text('ignore = ["TQ101"]\n')
+    p = capture(tmp_path, "--out", "run", *SMALL, "-f", "markdown", "--all", "noisy.py")
+    assert p.returncode == 0, p.stderr
+    assert f"config: `{tmp_path / 'traceadvisor.toml'}` (discovered)" in p.stdout
+    assert "TQ101" not in p.stdout  # and it applied

@@ -21,6 +21,10 @@ def format_report(report: AdvisorReport) -> str:
     ESC sequence in one would forge log lines or drive the terminal a log handler writes to."""
     where = f" ({one_line(report.trace_path)})" if report.trace_path is not None else ""
     lines = [f"traceadvisor: {one_line(report.summary())}{where}"]
+    config = report.report.config
+    note = config.note() if config is not None else None
+    if note is not None:  # the configuration file that applied, as analyze's report names it
+        lines.append(f"  config: {one_line(note[0])} ({one_line(note[1])})")
     for f in report.findings:
         impact = ""
         if f.impact is not None:
