@@ -20,10 +20,12 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     category_mask,
+    cause_name,
     event_location,
     evidence_of,
     fmt_ns,
     idle_attribution,
+    plural,
     share_of_steps_text,
     unprofiled_idle_cap_ns,
     us,
@@ -109,14 +111,16 @@ class IdleGap(Rule[Options]):
         by_detail = mine.gaps.groupby("detail")["dur_ns"].sum().sort_values(ascending=False)
         top_name, top_ns = str(by_detail.index[0]), int(by_detail.iloc[0])
         causes = gaps.groupby("cause")["dur_ns"].sum().sort_values(ascending=False)
-        breakdown = ", ".join(f"{c} {fmt_ns(v)}{_owner(self.claimed_by, str(c))}" for c, v in causes.items())
+        breakdown = ", ".join(
+            f"{cause_name(str(c))} {fmt_ns(v)}{_owner(self.claimed_by, str(c))}" for c, v in causes.items()
+        )
         worst = mine.gaps.nlargest(5, "dur_ns")
         labels = (f"GPU idle: {c}, {d or 'unknown'}" for c, d in zip(worst["cause"], worst["detail"], strict=True))
         total = int(gaps["dur_ns"].sum())
         yield self.finding(
             trace,
             message=(
-                f"GPU idle {fmt_ns(total)} in {len(gaps)} gaps of {opts.min_gap_us:g} µs or more "
+                f"GPU idle {fmt_ns(total)} in {plural(len(gaps), 'gap')} of {opts.min_gap_us:g} µs or more "
                 f"({share_of_steps_text(trace, total)}). {fmt_ns(mine.raw_ns)} of it is not another "
                 f"rule's cause (CPU stalls, GPU-side waits), most in {top_name} ({fmt_ns(top_ns)}); about "
                 f"{fmt_ns(mine.recoverable_ns)} of that would remain without the profiler. Idle by cause: {breakdown}."

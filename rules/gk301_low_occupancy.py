@@ -18,6 +18,7 @@ from traceadvisor.rules_api import (
     communication_kernels,
     fmt_ns,
     op_location,
+    plural,
     us,
 )
 
@@ -91,12 +92,15 @@ class LowOccupancy(Rule[Options]):
         worst = df[np.isin(df["name"].cat.codes.to_numpy(), hot_codes)].nlargest(5, "dur_ns")
         top = hot.iloc[0]
         short = names[0] if len(names[0]) <= 90 else names[0][:87] + "..."
+        unit = "CU" if trace.platform == "rocm" else "SM"  # AMD's compute units are NVIDIA's SMs
+        fill = "fills" if len(hot) == 1 else "fill"
         yield self.finding(
             trace,
             message=(
-                f"{len(hot)} hot kernel(s) fill few SMs: {short} runs {fmt_ns(top['dur_ns'])} "
-                f"({top['pct']:.0f}% of the trace's kernel time less communication) with {int(top['blocks'])} blocks, "
-                f"{100 * top['coverage']:.0f}% SM coverage{f' of {sms} SMs' if sms else ''}; low-occupancy kernels "
+                f"{plural(len(hot), 'hot kernel')} {fill} few {unit}s: {short} runs {fmt_ns(top['dur_ns'])} "
+                f"({top['pct']:.0f}% of the trace's kernel time less communication) with "
+                f"{plural(int(top['blocks']), 'block')}, {100 * top['coverage']:.0f}% {unit} coverage"
+                f"{f' of {sms} {unit}s' if sms else ''}; low-occupancy kernels "
                 f"take {fmt_ns(hot['dur_ns'].sum())} in all."
             ),
             recommendation=RECOMMENDATION,

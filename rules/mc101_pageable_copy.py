@@ -26,6 +26,7 @@ from traceadvisor.rules_api import (
     launch_location,
     per_step,
     pinned_rate,
+    plural,
     replay_basis,
     scenario_saving,
     us,
@@ -165,9 +166,10 @@ def _message(pageable: pd.DataFrame, sync_calls: pd.DataFrame, blocked: float, l
     if len(pageable):
         kinds = ", ".join(f"{n} ×{c}" for n, c in pageable["name"].astype(str).value_counts().items())
         parts.append(
-            f"{len(pageable)} pageable copies ({kinds}) moved {float(pageable['bytes'].fillna(0).sum()) / 1e6:.1f} MB "
+            f"{plural(len(pageable), 'pageable copy', 'pageable copies')} ({kinds}) moved "
+            f"{float(pageable['bytes'].fillna(0).sum()) / 1e6:.1f} MB "
             f"in {fmt_ns(float(pageable['dur_ns'].sum()))} ({_achieved_gbps(pageable):.1f} GB/s)"
         )
     if len(sync_calls):
-        parts.append(f"{len(sync_calls)} synchronous cudaMemcpy calls blocked the host {fmt_ns(blocked)}")
+        parts.append(f"{plural(len(sync_calls), 'synchronous cudaMemcpy call')} blocked the host {fmt_ns(blocked)}")
     return "; ".join(parts) + at_source(location)

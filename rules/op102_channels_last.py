@@ -17,6 +17,7 @@ from traceadvisor.rules_api import (
     op_location,
     pct,
     per_step,
+    plural,
     replay_basis,
     scenario_saving,
     us,
@@ -93,8 +94,9 @@ class ChannelsLast(Rule[Options]):
         yield self.finding(
             trace,
             message=(
-                f"cuDNN transposed NCHW tensors to NHWC and back around {convs // steps} convolution ops per step: "
-                f"{len(tk) // steps} transpose kernels, {fmt_ns(t_ns / steps)} per step "
+                "cuDNN transposed NCHW tensors to NHWC and back around "
+                f"{plural(convs // steps, 'convolution op')} per step: "
+                f"{plural(len(tk) // steps, 'transpose kernel')}, {fmt_ns(t_ns / steps)} per step "
                 f"({share:.0f}% of all kernel time in the trace)."
             ),
             recommendation=RECOMMENDATION,

@@ -27,6 +27,7 @@ from traceadvisor.rules_api import (
     parse_raw,
     pct,
     per_step,
+    plural,
     replay_basis,
     roofline_of,
     scenario_saving,
@@ -143,7 +144,7 @@ class Fp32Matmul(Rule[Options]):
         yield self.finding(
             trace,
             message=(
-                f"{len(ops.rows)} fp32 matmul ops ran {fmt_ns(gemm_ns)} ({share:.0f}% of all kernel "
+                f"{plural(len(ops.rows), 'fp32 matmul op')} ran {fmt_ns(gemm_ns)} ({share:.0f}% of all kernel "
                 f"time in the trace) on "
                 f"non-tensor-core kernels{rate} (e.g. {top_kernel[:80]}); TF32 is off."
             ),

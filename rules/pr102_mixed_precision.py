@@ -20,6 +20,7 @@ from traceadvisor.rules_api import (
     op_location,
     pct,
     per_step,
+    plural,
     replay_basis,
     roofline_of,
     scenario_saving,
@@ -108,7 +109,7 @@ class MixedPrecision(Rule[Options]):
         yield self.finding(
             trace,
             message=(
-                f"{len(full) // steps} fp32/TF32 convolution and matmul kernels per step ran "
+                f"{plural(len(full) // steps, 'fp32/TF32 convolution and matmul kernel')} per step ran "
                 f"{fmt_ns(full_ns / steps)} per step ({share:.0f}% of all kernel time in the trace) "
                 "where bf16 autocast would "
                 f"use the bf16 tensor cores{rate}."

@@ -27,6 +27,7 @@ from traceadvisor.rules_api import (
     idle_of,
     in_steps,
     per_step,
+    plural,
     replay_basis,
     saving_of,
     share_of_steps_text,
@@ -187,7 +188,7 @@ def _message(
     parts = ", ".join(f"{c} ×{int(r['size'])}" for c, r in by_cause.head(4).iterrows())
     per_step = len(mine) / max(len(trace.steps.table), 1)
     return (
-        f"{len(mine)} host-device synchronizations in the steps ({per_step:.1f} per step), "
+        f"{plural(len(mine), 'host-device synchronization')} in the steps ({per_step:.1f} per step), "
         f"most caused by {top_cause}{at_source(location)}; by cause: {parts}. The host "
         f"blocked {fmt_ns(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_ns(idle.raw_ns)} "
         f"({share_of_steps_text(trace, idle.raw_ns)}) draining and refilling its queue around them. "

@@ -20,7 +20,12 @@ from traceadvisor.analyses.idle import PROFILER_EVENT_COST_NS, IdleCause, idle_a
 from traceadvisor.analyses.sync_sites import sync_site_matches
 from traceadvisor.engine.rule import location_of
 from traceadvisor.report.finding import Evidence, Location
-from traceadvisor.report.format import fmt_time as fmt_time  # re-exported to rules (rules_api)
+
+# re-exported to rules (rules_api): the report's time format, plural and cause names, so that a
+# message reads like the report around it
+from traceadvisor.report.format import cause_name as cause_name
+from traceadvisor.report.format import fmt_time as fmt_time
+from traceadvisor.report.format import plural as plural
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.savings import Saving, predicted_step_ns
@@ -84,11 +89,6 @@ def worth_reporting(trace: Trace, impact_ns: Number, min_pct: float) -> bool:
     time reports nothing: a share of nothing says nothing about the workload."""
     window = trace.analysed_ns
     return bool(window > 0 and 100.0 * impact_ns / window >= min_pct)
-
-
-def plural(n: int, word: str) -> str:
-    """``1 chain``, ``3 chains``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 # -- steps -------------------------------------------------------------------------------------

@@ -73,6 +73,12 @@ def _significant(x: float, max_decimals: int) -> str:
     return text
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 kernel``, ``3 kernels``, ``0 kernels``; ``many`` for an irregular plural (``copy``,
+    ``copies``). Never ``kernel(s)``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {many or word + 's'}"
+
+
 def ms(us_value: float) -> str:
     """A time for display (``fmt_time``); the name is older than the choice of unit by magnitude."""
     return fmt_time(us_value)
@@ -305,3 +311,69 @@ def impact_text(impact: Impact) -> str:
         return f"{head} ({share:.1f}% of the{step} predicted step){total}"
     whole = f" {fmt_time(100.0 * impact.time_us / share)}" if share > 0 else ""
     return f"{fmt_time(impact.time_us)} ({share:.1f}% of the{whole} analysed)"
+
+
+# The report's words for the analyses' identifiers (idle causes, window bases): the JSON report
+# keeps the identifiers, text and Markdown say what they mean. An identifier not listed (a cause a
+# user rule adds) is shown with its underscores as spaces.
+CAUSE_NAMES = {
+    "sync": "host-device sync",
+    "data_loading": "data loading",
+    "optimizer": "optimizer step",
+    "launch_bound": "launch-bound",
+    "cpu_op": "CPU work",
+    "launch_latency": "launch latency",
+    "unknown": "unexplained",
+    "communication": "communication",
+}
+WINDOW_BASES = {
+    "steps (GPU windows)": "steps on the GPU",
+    "steps (CPU windows)": "steps on the CPU",
+    "GPU activity span": "all GPU activity",
+    "host activity span": "all host activity",
+    "empty": "no events",
+}
+
+
+def cause_name(cause: str) -> str:
+    """An idle cause in words (``launch_bound`` → ``launch-bound``, ``cpu_op`` → ``CPU work``)."""
+    return CAUSE_NAMES.get(cause, cause.replace("_", " "))
+
+
+def window_basis_name(basis: str) -> str:
+    """What the analysis window spans, in words (``steps (GPU windows)`` → ``steps on the GPU``:
+    from the first step's GPU start to the last one's GPU end)."""
+    return WINDOW_BASES.get(basis, basis)
+
+
+def compute_unit(platform: str, n: int | None = None) -> str:
+    """What the device's cores are called: ``SM`` (NVIDIA) or ``CU`` (AMD, platform ``rocm``);
+    with ``n``, counted (``132 SMs``, ``1 CU``)."""
+    unit = "CU" if platform == "rocm" else "SM"
+    return unit if n is None else plural(n, unit)
+
+
+_URL = re.compile(r",?\s*https?://\S+")
+_ASIDE = re.compile(r"\s*\([^()]*\)")
+
+
+def short_source(source: str) -> str:
+    """A peak figure's source without its URL and asides, for one line of text: ``datasheet: NVIDIA
+    H100 Tensor Core GPU datasheet (H100 SXM / H100 NVL columns), https://...`` → ``NVIDIA H100
+    Tensor Core GPU datasheet`` (the Markdown and JSON reports keep the whole text)."""
+    text = _ASIDE.sub("", _URL.sub("", source)).strip(" ,;")
+    kind, sep, rest = text.partition(": ")
+    return rest if sep and kind == "datasheet" and "datasheet" in rest.lower() else text
+
+
+def peaks_source_line(sources: Mapping[str, str], short: bool = True) -> str:
+    """Where the roofline's peaks come from, in one line: the source of most figures, then any
+    other source with the figures it gives (``NVIDIA H100 Tensor Core GPU datasheet; bf16, fp16:
+    configuration: gpu.toml``). ``short``: sources without URLs and asides (text)."""
+    groups = sorted(figures_by_source(sources).items(), key=lambda kv: -len(kv[1]))
+    if not groups:
+        return "none given"
+    shown = [(short_source(src) if short else src, figs) for src, figs in groups]
+    head = shown[0][0]
+    rest = [f"{', '.join(figs)}: {src}" for src, figs in shown[1:]]
+    return "; ".join([head, *rest])

@@ -15,14 +15,16 @@ from traceadvisor.report.format import (
     RANK_COLUMNS,
     ROW_LIMIT,
     above_roof,
+    cause_name,
     elide,
-    figures_by_source,
     fmt_time,
     hidden_findings_line,
     hidden_steps_line,
     impact_text,
     more_warnings_line,
     num,
+    peaks_source_line,
+    plural,
     rank_cells,
     rank_label,
     ranks_head,
@@ -31,6 +33,7 @@ from traceadvisor.report.format import (
     split_findings,
     step_time_line,
     verdict_lines,
+    window_basis_name,
 )
 from traceadvisor.report.model import (
     AnnotationRow,
@@ -88,8 +91,11 @@ def _trace(t: TraceSummary) -> list[str]:
     rank = "" if t.rank is None else f" (rank {markdown(t.rank)})"
     out = [f"## {markdown_code(t.path, TEXT_LIMIT, in_table=False)}{rank}", ""]
     out.append(f"- device: {markdown(dev)}")
-    out.append(f"- window: {fmt_time(t.window_us)} ({markdown(t.window_basis)})")
-    out.append(f"- GPU busy: {t.gpu_busy_pct:.1f}% ({fmt_time(t.gpu_busy_us)}); {t.kernel_count} kernels")
+    out.append(f"- window: {fmt_time(t.window_us)} ({markdown(window_basis_name(t.window_basis))})")
+    out.append(
+        f"- GPU busy: {t.gpu_busy_pct:.1f}% ({fmt_time(t.gpu_busy_us)}), idle {fmt_time(t.gpu_idle_us)}; "
+        f"{plural(t.kernel_count, 'kernel')}"
+    )
     if t.replay_error_pct is not None:
         out.append(f"- replay: {replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))}")
     if (st := t.step_time) is not None:
@@ -105,6 +111,11 @@ def _trace(t: TraceSummary) -> list[str]:
     out.append("")
     if t.steps:
         out += _steps(t.steps)
+    if t.idle_breakdown:
+        parts = ", ".join(
+            f"{markdown(cause_name(b.cause))} {fmt_time(b.idle_us)} ({b.share_pct:.0f}%)" for b in t.idle_breakdown
+        )
+        out += [f"GPU idle by cause: {parts}", ""]
     if t.top_kernels:
         out += ["| top kernels in the window | calls | time | share |", "|---|---:|---:|---:|"]
         out += [
@@ -202,7 +213,7 @@ def _roofline(r: RooflineSummary) -> list[str]:
     flops = ", ".join(f"{d} {v:g}" for d, v in p.tflops.items() if v)
     gpu = markdown(p.model or p.device)
     out = [f"**Roofline** ({gpu}): {p.memory_bandwidth_gbs:g} GB/s; TFLOP/s {flops}", ""]
-    out += [f"- {', '.join(figures)}: {_text(source)}" for source, figures in figures_by_source(p.sources).items()]
+    out.append(f"- peaks from: {_text(peaks_source_line(p.sources, short=False))}")
     bounds = ", ".join(f"{b.bound} {b.share_pct:.1f}%" for b in r.by_bound)
     out += [f"- {r.modelled_pct:.1f}% of kernel time modelled: {bounds or 'no modelled kernels'}", ""]
     if r.top_kernels:

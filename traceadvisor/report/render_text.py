@@ -20,8 +20,8 @@ from traceadvisor.report.format import (
     ROOFLINE_DTYPES,
     ROW_LIMIT,
     above_roof,
+    cause_name,
     elide,
-    figures_by_source,
     fit,
     fmt_time,
     hidden_findings_line,
@@ -30,6 +30,8 @@ from traceadvisor.report.format import (
     middle,
     more_warnings_line,
     num,
+    peaks_source_line,
+    plural,
     rank_cells,
     rank_label,
     ranks_head,
@@ -38,6 +40,7 @@ from traceadvisor.report.format import (
     split_findings,
     step_time_line,
     verdict_lines,
+    window_basis_name,
 )
 from traceadvisor.report.model import (
     AnnotationSummary,
@@ -159,8 +162,9 @@ def _trace(console: Console, t: TraceSummary) -> None:
     console.print(Text(f"{_text(t.path)}{rank}", style="bold"))
     console.print(f"  device: {_name(name)} ({_name(t.platform)})")
     console.print(
-        f"  window: {fmt_time(t.window_us)} ({_name(t.window_basis)}), GPU busy {t.gpu_busy_pct:.1f}% "
-        f"({fmt_time(t.gpu_busy_us)}), idle {fmt_time(t.gpu_idle_us)}, {t.kernel_count} kernels"
+        f"  window: {fmt_time(t.window_us)} ({_name(window_basis_name(t.window_basis))}), GPU busy "
+        f"{t.gpu_busy_pct:.1f}% ({fmt_time(t.gpu_busy_us)}), idle {fmt_time(t.gpu_idle_us)}, "
+        f"{plural(t.kernel_count, 'kernel')}"
     )
     if t.replay_error_pct is not None:
         line = replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))
@@ -179,7 +183,9 @@ def _trace(console: Console, t: TraceSummary) -> None:
     if t.steps:
         _steps(console, t.steps)
     if t.idle_breakdown:
-        parts = ", ".join(f"{_name(b.cause)} {fmt_time(b.idle_us)} ({b.share_pct:.0f}%)" for b in t.idle_breakdown)
+        parts = ", ".join(
+            f"{_name(cause_name(b.cause))} {fmt_time(b.idle_us)} ({b.share_pct:.0f}%)" for b in t.idle_breakdown
+        )
         console.print(f"  GPU idle by cause: {parts}")
     if t.top_kernels:
         rows = [[_name(k.name), str(k.count), fmt_time(k.total_us), f"{k.share_pct:.1f}%"] for k in t.top_kernels]
@@ -258,8 +264,7 @@ def _roofline(console: Console, r: RooflineSummary) -> None:
         return
     flops = ", ".join(f"{d} {p.tflops[d]:g}" for d in ROOFLINE_DTYPES if p.tflops.get(d))
     console.print(f"  roofline peaks ({_name(p.model or p.device)}): {p.memory_bandwidth_gbs:g} GB/s; TFLOP/s {flops}")
-    for source, figures in figures_by_source(p.sources).items():
-        console.print(f"    {', '.join(figures)}: {_text(source)}")
+    console.print(f"    peaks from: {_text(peaks_source_line(p.sources))}")
     bounds = ", ".join(f"{b.bound} {b.share_pct:.1f}%" for b in r.by_bound)
     console.print(f"  roofline covers {r.modelled_pct:.1f}% of kernel time: {bounds or 'no modelled kernels'}")
     if not r.top_kernels:
