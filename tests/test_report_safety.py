@@ -212,9 +212,9 @@ def test_advisor_log_records_are_escaped(json_report: dict[str, Any], caplog: py
         log_report(report)
     message = caplog.records[-1].getMessage()
     assert message == text
-    # A log line is one finding: the lines are ours (summary, findings, fix, at, warnings).
+    # A log line is one finding: the lines are ours (summary, config, findings, fix, at, warnings).
     assert all(
-        re.match(r"(traceadvisor: |  \[|      fix: |      at: |  warning: |  rule error: )", x)
+        re.match(r"(traceadvisor: |  config: |  \[|      fix: |      at: |  warning: |  rule error: )", x)
         for x in text.splitlines()
     )
     assert not UNSAFE.search(report.render("text")) and "<script" not in _html(report.render("markdown"))
