@@ -87,19 +87,21 @@ def render(report: Report, show_all: bool = False) -> str:
 
 def _trace(t: TraceSummary) -> list[str]:
     """One trace's section: device, window, busy time, warnings, steps, kernels, annotations, roofline."""
-    dev = (t.device.name if t.device is not None else None) or t.platform
+    dev_id = t.device.id if t.device is not None else None
+    dev = (t.device.name if t.device is not None else None) or ("CPU only" if t.platform == "cpu" else f"GPU {dev_id}")
     rank = "" if t.rank is None else f" (rank {markdown(t.rank)})"
     out = [f"## {markdown_code(t.path, TEXT_LIMIT, in_table=False)}{rank}", ""]
-    out.append(f"- device: {markdown(dev)}")
+    out.append(f"- device: {markdown(dev)} ({markdown(t.platform)})")
     out.append(f"- window: {fmt_time(t.window_us)} ({markdown(window_basis_name(t.window_basis))})")
     out.append(
         f"- GPU busy: {t.gpu_busy_pct:.1f}% ({fmt_time(t.gpu_busy_us)}), idle {fmt_time(t.gpu_idle_us)}; "
         f"{plural(t.kernel_count, 'kernel')}"
     )
     if t.replay_error_pct is not None:
-        out.append(f"- replay: {replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))}")
+        line = replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))
+        out.append(f"- replay: {_text(line)} (what-if savings rest on it)")
     if (st := t.step_time) is not None:
-        out.append(f"- step: {step_time_line(st)}")
+        out.append(f"- step: {step_time_line(st)}")  # numbers only
     if (v := t.step_variation) is not None and v.unstable:
         out.append(f"- warning: {_text(v.describe(fmt_time))}")
     if (m := t.measured_unprofiled_step_us) is not None:
@@ -210,11 +212,11 @@ def _roofline(r: RooflineSummary) -> list[str]:
     p = r.peaks
     if p is None:
         return [f"- roofline: {_text(r.reason)}", ""]
-    flops = ", ".join(f"{d} {v:g}" for d, v in p.tflops.items() if v)
+    flops = ", ".join(f"{markdown(d)} {v:g}" for d, v in p.tflops.items() if v)
     gpu = markdown(p.model or p.device)
     out = [f"**Roofline** ({gpu}): {p.memory_bandwidth_gbs:g} GB/s; TFLOP/s {flops}", ""]
     out.append(f"- peaks from: {_text(peaks_source_line(p.sources, short=False))}")
-    bounds = ", ".join(f"{b.bound} {b.share_pct:.1f}%" for b in r.by_bound)
+    bounds = ", ".join(f"{markdown(b.bound)} {b.share_pct:.1f}%" for b in r.by_bound)
     out += [f"- {r.modelled_pct:.1f}% of kernel time modelled: {bounds or 'no modelled kernels'}", ""]
     if r.top_kernels:
         out += [
