@@ -108,6 +108,10 @@ def analyze_or_fail(
     for t in report.traces:
         for w in t.warnings:
             warn(f"{t.path}: {w}")
+    # What is wrong with the set of ranks (a rank claimed by two files, ranks missing from the world):
+    # the report's ranks section says it too, but a JSON report on stdout is read by a program.
+    for problem in report.ranks.problems if report.ranks is not None else ():
+        warn(problem)
     return report
 
 
