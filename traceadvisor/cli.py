@@ -128,7 +128,9 @@ app = typer.Typer(
 
 
 class Format(StrEnum):
-    """Output formats of ``analyze``."""
+    """Output formats of ``analyze``. HTML hook: ``report.render`` takes ``"html"``; to offer it, add
+    ``html = "html"`` here and analyse with the timeline for it (``pipeline.analyze(...,
+    timeline=True)``, through ``console.analyze_or_fail``)."""
 
     text = "text"
     json = "json"

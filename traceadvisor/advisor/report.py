@@ -89,7 +89,9 @@ class AdvisorReport:
         return m
 
     def render(self, fmt: str = "text") -> str:
-        """The report as ``analyze`` renders it: ``text`` (plain) or ``markdown``."""
+        """The report as ``analyze`` renders it: ``text`` (plain) or ``markdown``. (HTML hook: the
+        worker's analysis has no timeline; add ``"html"`` here once it analyses with
+        ``timeline=True``, and ``report.render`` does the rest.)"""
         if fmt not in ("text", "markdown"):
             raise ValueError(f"unknown report format {fmt!r}: text or markdown")
         from traceadvisor.report import render

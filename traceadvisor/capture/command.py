@@ -32,6 +32,9 @@ from traceadvisor.errors import UsageError
 
 # Capture analyses its own fresh trace: the size cap is analyze's --max-size 16.
 MAX_ANALYSIS_BYTES = 16 * 2**30
+# HTML hook: report.render takes "html" (report.FORMATS); to offer it, add "html" here and, in
+# ``_analyze``, pass ``timeline=True`` to the analysis for it (the page's timeline). The program's
+# stdout is already kept off any report but text (``ProgramStdout``), an HTML page included.
 FORMATS = ("text", "json", "markdown")
 _PROGRAM_OPTIONS = ("-m", "--module", "--workload")
 
@@ -167,7 +170,7 @@ def capture(
         spec = stepon.parse(step_on) if step_on else None
         target = _target(script, module, workload, list(ctx.args))
         if fmt not in FORMATS:
-            raise UsageError(f"unknown format {fmt!r}: use text, json or markdown")
+            raise UsageError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
         if analyze:
             _check_rule_selection(select, ignore)
     except UsageError as exc:
