@@ -138,10 +138,11 @@ def check_straggler(manifest: Path, scenario: str, saving_tolerance: float | Non
     report = _report(manifest, scenario)
     ds101 = [f for f in report.findings if f.code == "DS101"]
     assert ds101, f"{scenario}: no DS101 among {[f.code for f in report.findings]}"
-    assert ds101[0].ranks == (entry["straggler_rank"],)
-    assert report.ranks is not None and report.ranks.straggler == entry["straggler_rank"]
+    want = entry["straggler_rank"]
+    assert ds101[0].ranks == (want,), f"{scenario}: DS101 names ranks {ds101[0].ranks}, injected rank {want}"
+    assert report.ranks is not None and report.ranks.straggler == want
     if entry["class"]:
-        assert ds101[0].data["class"] == entry["class"]
+        assert ds101[0].data["class"] == entry["class"], f"{scenario}: class {ds101[0].data['class']}"
     if saving_tolerance is None:
         return
     measured = entry["measured"]["measured_saving_us"]
