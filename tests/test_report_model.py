@@ -187,7 +187,7 @@ def test_capture_reports_bad_input_as_one_line(tmp_path: Path) -> None:
     )
     err = p.stderr.decode().splitlines()
     assert p.returncode == 2 and p.stdout == b""
-    assert err[0] == "traceadvisor: analysing rank0.json"
+    assert err[0] == f"traceadvisor: analysing {tmp_path.name}/rank0.json"  # the cycle folder and the file
     assert len(err) == 2 and err[1].startswith("traceadvisor: error: ") and "rank0.json" in err[1]
 
 
