@@ -37,8 +37,9 @@ def summary_lines(c: CpuSummary) -> list[str]:
             else "small next to the step"
         )
         out.append(
-            f"dispatch: {c.ops_per_step:.0f} ops a step x {fmt_time(c.per_op_us)} (median op without arithmetic) "
-            f"~ {fmt_time(c.dispatch_us)} ({share:.1f}% of the step, inside the parts above): {verdict}"
+            f"dispatch: {c.ops_per_step:.0f} ops a step x {fmt_time(c.per_op_us)} (the median op without "
+            f"arithmetic: the dispatcher's time inside an op) ~ {fmt_time(c.dispatch_us)} ({share:.1f}% of the step, "
+            f"inside the parts above; the Python between ops is in other): {verdict}"
         )
     if c.optimizer_per_tensor is not None:
         share = 100.0 * c.optimizer_us / step if step > 0 else 0.0
