@@ -118,7 +118,8 @@ LOOP = textwrap.dedent(
         cycles = []
 
         def export(prof):  # as traceadvisor capture writes a cycle
-            out = Path(a.trace_dir) / f"rank0-cycle{len(cycles)}.json.gz"
+            out = Path(a.trace_dir) / f"cycle{len(cycles) + 1}" / "rank0.json.gz"
+            out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name("." + out.name + ".json.tmp")
             prof.export_chrome_trace(str(tmp))
             data = gzip.compress(tmp.read_bytes(), compresslevel=6, mtime=0)

@@ -404,3 +404,35 @@ def test_the_worker_of_a_rank_in_a_multi_rank_run_writes_its_summary(
     assert got is not None and got.rank == 1 and got.rank_source == "distributedInfo"
     assert [f["code"] for f in got.report["findings"]] == [f["code"] for f in result["report"]["findings"]]
     assert len(got.tables["collectives"]) > 0
+
+
+def test_html_report_per_cycle_beside_the_trace(tmp_path: Path) -> None:
+    """``html=True``: each analysed cycle's HTML page is written beside its trace, holds that
+    cycle's findings, and the timeline stays out of the report sent to the training process."""
+    import base64
+    import gzip
+    import json
+    import re
+
+    step = make_step()
+    loader = slow_loader(spin=0)
+    with traceadvisor.profile(
+        out_dir=tmp_path, skip_first=1, wait=0, warmup=1, active=2, activities=None, mode="thread", html=True
+    ) as prof:
+        for i, (x, y) in enumerate(batches(loader)):
+            step(x, y)
+            prof.step()
+            if i == 6:
+                break
+    assert len(prof.reports) == 1
+    report = prof.reports[0]
+    assert report.html_path == tmp_path / "cycle1" / f"rank{report.rank}.html"
+    page = report.html_path.read_text()
+    codes = re.findall(r'<article class="finding" id="finding-\d+" data-code="([A-Z0-9]+)"', page)
+    assert codes == [f.code for f in report.findings]
+    blob = re.search(r'<script type="application/octet-stream" id="ta-data">([^<]+)</script>', page)
+    assert blob is not None
+    data = json.loads(gzip.decompress(base64.b64decode(blob.group(1))))
+    assert data  # the page carries the timeline ...
+    assert all(t.timeline is None for t in report.report.traces)  # ... the in-loop report does not
+    assert "timeline" not in json.dumps(report.to_dict()["traces"])

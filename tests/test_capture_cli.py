@@ -144,3 +144,22 @@ def test_the_configuration_found_from_the_start_folder_is_named(tmp_path: Path) 
     assert p.returncode == 0, p.stderr
     assert f"config: `{tmp_path / 'traceadvisor.toml'}` (discovered)" in p.stdout
     assert "TQ101" not in p.stdout  # and it applied
+
+
+def test_html_report_of_the_capture(tmp_path: Path) -> None:
+    """``capture -f html -o FILE``: the page of the captured trace, with its findings and timeline;
+    the program's prints stay off it."""
+    import re
+
+    (tmp_path / "noisy.py").write_text(NOISY)
+    p = capture(tmp_path, "--out", "run", *SMALL, "-f", "html", "-o", "report.html", "noisy.py")
+    assert p.returncode == 0, p.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "atexit says bye" not in page and "starting {not json" not in page
+    codes = re.findall(r'<article class="finding" id="finding-\d+" data-code="([A-Z0-9]+)"', page)
+    j = capture(tmp_path, "--out", "run2", *SMALL, "-f", "json", "noisy.py")
+    assert j.returncode == 0, j.stderr
+    # the same program's findings: the rules that fire on a CPU loop this small are the same each run
+    assert sorted(set(codes)) == sorted({f["code"] for f in json.loads(j.stdout)["findings"]})
+    assert 'id="ta-data"' in page

@@ -45,6 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "analyze": (
         "traceadvisor analyze trace.json.gz",
         "traceadvisor analyze runs/ --format markdown -o report.md",
+        "traceadvisor analyze trace.json.gz --format html -o report.html",
         "traceadvisor analyze trace.json.gz --select SY --fail-on medium",
         "traceadvisor analyze trace.json.gz --all",
     ),
@@ -128,13 +129,13 @@ app = typer.Typer(
 
 
 class Format(StrEnum):
-    """Output formats of ``analyze``. HTML hook: ``report.render`` takes ``"html"``; to offer it, add
-    ``html = "html"`` here and analyse with the timeline for it (``pipeline.analyze(...,
-    timeline=True)``, through ``console.analyze_or_fail``)."""
+    """Output formats of ``analyze``. ``html`` analyses with the sampled timeline the page draws
+    (``pipeline.analyze(..., timeline=True)``); the others never build it."""
 
     text = "text"
     json = "json"
     markdown = "markdown"
+    html = "html"
 
 
 def _print_version(value: bool) -> None:
@@ -258,7 +259,11 @@ def analyze(
             cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
     except UsageError as exc:
         raise fail(str(exc)) from None
-    report = analyze_or_fail(traces, cfg, max_bytes, why_limit, jobs=jobs, executor=executor, cache=cache)
+    if fmt is Format.html and to_terminal(output):
+        raise fail("--format html writes a web page: give it a file with -o report.html (or redirect stdout)")
+    report = analyze_or_fail(
+        traces, cfg, max_bytes, why_limit, jobs=jobs, executor=executor, cache=cache, timeline=fmt is Format.html
+    )
     if rank is not None:
         from traceadvisor.ranks.report import focus
 

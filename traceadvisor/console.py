@@ -79,10 +79,12 @@ def analyze_or_fail(
     jobs: int | None = None,
     executor: str | None = None,
     cache: bool | None = None,
+    timeline: bool = False,
 ) -> Report:
     """``pipeline.analyze`` as a command runs it: the configuration's warnings and the library's
     printed as warning lines, bad input as one error line (``fail``), each trace's load warnings
-    printed after. ``why_limit`` says why ``max_bytes`` is what it is (added to a size refusal)."""
+    printed after. ``why_limit`` says why ``max_bytes`` is what it is (added to a size refusal);
+    ``timeline`` keeps the sampled timeline the HTML report draws."""
     from traceadvisor.errors import TraceError, UsageError
     from traceadvisor.pipeline import analyze, analyze_scaled
 
@@ -94,10 +96,16 @@ def analyze_or_fail(
             # sized to the cores (or --jobs, or Dask), cached beside it; one trace: in this process.
             if jobs is not None or executor is not None or (cache is not None and _several(paths)):
                 report = analyze_scaled(
-                    paths, config, jobs=jobs, executor=executor, max_bytes=max_bytes, cache=cache is not False
+                    paths,
+                    config,
+                    jobs=jobs,
+                    executor=executor,
+                    max_bytes=max_bytes,
+                    cache=cache is not False,
+                    timeline=timeline,
                 )
             else:
-                report = analyze(paths, config, max_bytes=max_bytes)
+                report = analyze(paths, config, max_bytes=max_bytes, timeline=timeline)
     except (TraceError, UsageError) as exc:
         message = str(exc)
         raise fail(f"{message} ({why_limit})" if why_limit and "--max-size" in message else message) from None

@@ -37,10 +37,7 @@ def diff(
         ),
     ] = None,
 ) -> None:
-    """Compare two runs: step time, where it went, kernels and ops, findings resolved and new.
-
-    Example: traceadvisor diff before.json.gz after.json.gz --fail-on-regression 5
-    """
+    """Compare two runs: step time, where it went, kernels and ops, findings resolved and new."""
     from traceadvisor.diff import diff_runs, load_run
     from traceadvisor.diff.render import render_json, render_markdown, render_text
     from traceadvisor.diff.render_html import render_html

@@ -116,6 +116,8 @@ class Advisor:
         max_trace_gib: refuse traces that inflate past this size (as ``analyze --max-size``).
         console: print the run's first report, and every later one with a medium or high finding,
             to stderr (the rest go to logging); ``False``: every report to logging only.
+        html: also write each analysed cycle's HTML report beside its trace
+            (``<out_dir>/cycle<N>/rank<R>.html``: offline, with the timeline; ``AdvisorReport.html``).
     """
 
     def __init__(
@@ -142,6 +144,7 @@ class Advisor:
         hook_step: bool = True,
         max_trace_gib: float = 16.0,
         console: bool = True,
+        html: bool = False,
     ) -> None:
         if mode not in ("process", "thread"):
             raise ValueError(f"mode must be 'process' or 'thread', not {mode!r}")
@@ -155,6 +158,7 @@ class Advisor:
         self.out_dir = Path(out_dir).absolute()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.keep_traces = keep_traces
+        self.html = html
         self.mode: Mode = mode
         self.analyze = analyze
         self.report = report
@@ -262,6 +266,7 @@ class Advisor:
             "raw": str(job.raw) if job.raw is not None else None,
             "head": job.head,
             "analyze": analyze,
+            "html": self.html,
             "keep": job.keep,
             "config": self.config,
             "max_bytes": self.max_bytes,
@@ -331,7 +336,13 @@ class Advisor:
                 timings["export_s"] = job.export_s
             self._ready.append(
                 AdvisorReport.from_document(
-                    result["report"], cycle=job.cycle, rank=job.rank, step=job.step, trace_path=trace, timings=timings
+                    result["report"],
+                    cycle=job.cycle,
+                    rank=job.rank,
+                    step=job.step,
+                    trace_path=trace,
+                    timings=timings,
+                    html_path=Path(result["html"]) if result.get("html") else None,
                 )
             )
 

@@ -32,6 +32,7 @@ class AdvisorReport:
     trace_path: Path | None  # None when the trace was not kept (keep_traces=False)
     report: Report = field(repr=False)
     timings: dict[str, float] = field(default_factory=dict)
+    html_path: Path | None = None  # the cycle's HTML report (``Advisor(html=True)``)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -47,9 +48,10 @@ class AdvisorReport:
         step: int | None,
         trace_path: Path | None,
         timings: dict[str, float] | None = None,
+        html_path: Path | None = None,
     ) -> AdvisorReport:
         """The report of a cycle from its JSON form, as the worker sends it (``Report.to_dict``)."""
-        return cls(cycle, rank, step, trace_path, Report.from_dict(document), dict(timings or {}))
+        return cls(cycle, rank, step, trace_path, Report.from_dict(document), dict(timings or {}), html_path)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (schema in the README), a new dict the caller may change."""
@@ -89,9 +91,9 @@ class AdvisorReport:
         return m
 
     def render(self, fmt: str = "text") -> str:
-        """The report as ``analyze`` renders it: ``text`` (plain) or ``markdown``. (HTML hook: the
-        worker's analysis has no timeline; add ``"html"`` here once it analyses with
-        ``timeline=True``, and ``report.render`` does the rest.)"""
+        """The report as ``analyze`` renders it: ``text`` (plain) or ``markdown``. The HTML page
+        needs the trace's timeline, which stays in the worker: ``Advisor(html=True)`` writes it
+        there (``html_path``)."""
         if fmt not in ("text", "markdown"):
             raise ValueError(f"unknown report format {fmt!r}: text or markdown")
         from traceadvisor.report import render

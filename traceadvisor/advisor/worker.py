@@ -64,7 +64,9 @@ def run_job(job: dict[str, Any], cancel: threading.Event | None = None) -> dict[
         if job.get("analyze", True):
             raise_if_cancelled(cancel)
             t0 = time.perf_counter()
-            result["report"] = analyze_to_json(trace, job.get("config"), job.get("max_bytes"), cancel)
+            html = html_path(trace) if job.get("html") else None
+            result["report"] = analyze_to_json(trace, job.get("config"), job.get("max_bytes"), cancel, html)
+            result["html"] = str(html) if html is not None else None
             timings["analysis_s"] = time.perf_counter() - t0
         result["ok"] = True
     except Cancelled:
@@ -135,11 +137,27 @@ def watch_parent(parent: int, interval: float = PARENT_POLL_S) -> threading.Thre
     return thread
 
 
+def html_path(trace: Path) -> Path:
+    """Where a trace's HTML report goes: beside it, ``cycle<N>/rank<R>.html``."""
+    name = trace.name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return trace.with_name(name + ".html")
+
+
 def analyze_to_json(
-    trace: Path, config: Any, max_bytes: int | None, cancel: threading.Event | None = None
+    trace: Path,
+    config: Any,
+    max_bytes: int | None,
+    cancel: threading.Event | None = None,
+    html: Path | None = None,
 ) -> dict[str, Any]:
     """The report of one trace as the JSON document ``traceadvisor analyze --format json`` prints
     (``Report.to_dict``), for the pipe to the training process, which rebuilds the ``Report``.
+    With ``html``, the analysis also keeps the timeline and writes the HTML report there
+    (atomically); the timeline does not cross the pipe.
 
     Encoded and decoded by the JSON renderer's encoder: a number a rule put in its finding's
     ``data`` as a numpy scalar arrives as a plain number, as in the JSON report, and nothing but
@@ -152,10 +170,19 @@ def analyze_to_json(
     from traceadvisor.trace.reader import DEFAULT_MAX_INFLATED_BYTES
 
     limit = max_bytes or DEFAULT_MAX_INFLATED_BYTES
+    timeline = html is not None
     if _world_size() > 1:
-        report = _analyze_and_summarise(trace, config, limit, cancel)
+        report = _analyze_and_summarise(trace, config, limit, cancel, timeline)
     else:
-        report = analyze([trace], config, max_bytes=limit, cancel=cancel)
+        report = analyze([trace], config, max_bytes=limit, cancel=cancel, timeline=timeline)
+    if html is not None:
+        from dataclasses import replace
+
+        from traceadvisor.atomic import write_bytes
+        from traceadvisor.report import render
+
+        write_bytes(html, render(report, "html"))
+        report = replace(report, traces=tuple(replace(t, timeline=None) for t in report.traces))
     doc: dict[str, Any] = msgspec.json.decode(encode(report.to_dict()))
     return doc
 
@@ -168,7 +195,9 @@ def _world_size() -> int:
         return 1
 
 
-def _analyze_and_summarise(trace: Path, config: Any, max_bytes: int, cancel: threading.Event | None) -> Any:
+def _analyze_and_summarise(
+    trace: Path, config: Any, max_bytes: int, cancel: threading.Event | None, timeline: bool = False
+) -> Any:
     """A rank of a multi-rank run: analyse the trace once and also write its rank summary beside it
     (``<trace>.tasummary``, docs/multirank.md), here on the node that holds it, so ``analyze
     --jobs``/``--executor`` combine the ranks without moving or re-reading a trace."""
@@ -182,9 +211,13 @@ def _analyze_and_summarise(trace: Path, config: Any, max_bytes: int, cancel: thr
     key = trace_key(trace)
     loaded = load_file(trace, max_bytes=max_bytes, gpu=config.gpu)
     loaded.communication_patterns = tuple(config.communication_kernels)
-    report = analyze_traces([loaded], config, cancel=cancel)
+    report = analyze_traces([loaded], config, cancel=cancel, timeline=timeline)
     try:
-        write_summary(summary_of(loaded, key, report.to_dict()), summary_path(trace))
+        # the cached summary never holds a timeline (analyze_scaled's cache contract)
+        plain = report.to_dict()
+        for t in plain.get("traces", ()):
+            t.pop("timeline", None)
+        write_summary(summary_of(loaded, key, plain), summary_path(trace))
     except OSError:
         pass  # the summary is a cache: analyze builds it again from the trace
     return report

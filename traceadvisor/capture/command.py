@@ -32,10 +32,9 @@ from traceadvisor.errors import UsageError
 
 # Capture analyses its own fresh trace: the size cap is analyze's --max-size 16.
 MAX_ANALYSIS_BYTES = 16 * 2**30
-# HTML hook: report.render takes "html" (report.FORMATS); to offer it, add "html" here and, in
-# ``_analyze``, pass ``timeline=True`` to the analysis for it (the page's timeline). The program's
-# stdout is already kept off any report but text (``ProgramStdout``), an HTML page included.
-FORMATS = ("text", "json", "markdown")
+# "html" analyses with the sampled timeline the page draws (``_analyze``). The program's stdout is
+# kept off any report but text (``ProgramStdout``), an HTML page included.
+FORMATS = ("text", "json", "markdown", "html")
 _PROGRAM_OPTIONS = ("-m", "--module", "--workload")
 
 
@@ -347,7 +346,7 @@ def _analyze(
                 cfg = configure(select=select, ignore=ignore)
             except UsageError as exc:
                 raise fail(str(exc)) from None
-            report = analyze_or_fail(paths, cfg, MAX_ANALYSIS_BYTES)
+            report = analyze_or_fail(paths, cfg, MAX_ANALYSIS_BYTES, timeline=fmt == "html")
             width = report_width(destination)
             data = render(report, fmt, color=to_terminal(destination), width=width, show_all=show_all)
             with (program_stdout or ProgramStdout(False)).report():  # only the report reaches stdout
