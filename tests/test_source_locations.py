@@ -81,6 +81,10 @@ def _with_frames() -> list[Path]:
         ("<built-in method item of Tensor object at 0x7f>", True),
         ("<string>", True),
         ("C:\\Python311\\Lib\\site-packages\\torch\\nn\\functional.py", True),
+        # a library's console script (pip's stub in the environment's bin folder)
+        (".venv/bin/traceadvisor", True),
+        ("/usr/local/bin/torchrun", True),
+        ("/opt/conda/bin/python", True),
         # A package name inside a segment, or a folder of the user's named like one, is not a library.
         ("train.py", False),
         ("my_torch_utils.py", False),
@@ -90,6 +94,8 @@ def _with_frames() -> list[Path]:
         ("/home/u/my-site-packages-notes/train.py", False),
         ("profile.py", False),  # a user's script sharing a stdlib module's name the loop never calls
         ("moca/library/profiling/profile.py", False),
+        ("bin/train", False),  # the user's own script in a bin folder
+        ("/home/u/bin/train.py", False),
     ],
 )
 def test_library_files_by_path_segment(path: str, library: bool) -> None:

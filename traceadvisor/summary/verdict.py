@@ -1,7 +1,8 @@
 """The report's verdict: the step and the top fixes by saving per step (plain data from the report).
 
 The step is the predicted unprofiled one where a trace can be replayed (``traces[].step_time``),
-else the profiled step; with several traces (the ranks of one run) the slowest, since every rank
+else the one measured without the profiler where capture or the advisor timed it (a CPU-only trace
+is not replayed), else the profiled step; with several traces (the ranks of one run) the slowest, since every rank
 waits for it at the collectives. A fix's step after it is the step less that finding's saving per
 step (a replay difference, ``impact.saving_per_step_us``): each fix alone, not combined (``whatif
 --apply`` combines them).
@@ -21,8 +22,11 @@ def verdict_of(traces: Sequence[TraceSummary], findings: Sequence[Finding]) -> V
     """The verdict of a report's traces and findings (None when no trace has steps)."""
     predicted = [t.step_time.unprofiled_step_us for t in traces if t.step_time is not None]
     profiled = [t.step_time.profiled_step_us for t in traces if t.step_time is not None]
+    measured = [t.measured_unprofiled_step_us.median_us for t in traces if t.measured_unprofiled_step_us is not None]
     if any(p is not None for p in predicted):
         step, basis = max(p for p in predicted if p is not None), "predicted without the profiler"
+    elif measured:
+        step, basis = max(measured), "measured without the profiler"
     elif profiled:
         step, basis = max(profiled), "profiled"
     else:

@@ -35,6 +35,13 @@ STDLIB_MODULES = frozenset(sys.stdlib_module_names) - {"profile", "trace", "test
 _LIBRARY_FOLDERS = frozenset({"site-packages", "dist-packages"})
 # ``lib/python3.11/`` (also ``python3.13t``, ``lib64``): the standard library's own folder.
 _STDLIB_FOLDER = re.compile(r"(^|/)lib(64)?/python\d+(\.\d+)?t?(/|$)")
+# Console scripts installed by libraries (``<prefix>/bin/NAME``: pip writes a stub that imports the
+# package's entry point): a program started as ``torchrun train.py`` or ``traceadvisor capture``
+# has the stub as its outermost frame. Matched only inside a ``bin`` folder, so a user's own
+# ``bin/train`` stays the user's.
+CONSOLE_SCRIPTS = LIBRARY_PACKAGES | frozenset(
+    {"torchrun", "huggingface-cli", "accelerate-launch", "deepspeed", "ipython", "jupyter", "py.test", "python"}
+)
 # Pseudo-files of code without a source file of the user's: frozen and built-in modules, and code
 # compiled from a string (dataclasses' generated __init__/__hash__, namedtuple, torch's launchers).
 _PSEUDO_FILES = ("<frozen ", "<built-in", "<string>")
@@ -53,6 +60,8 @@ def is_library_file(path: str) -> bool:
     # TorchInductor's generated code lives in its cache, /tmp/torchinductor_<user>/ by default
     # (torch/_inductor/runtime/cache_dir_utils.py).
     if any(s.startswith("torchinductor_") for s in segments):
+        return True
+    if len(segments) >= 2 and segments[-2] == "bin" and segments[-1].removesuffix(".py") in CONSOLE_SCRIPTS:
         return True
     if p.startswith("/"):
         return False  # an absolute path outside those folders: the user's
