@@ -394,3 +394,14 @@ def test_client_fails_fast_when_chromium_dies(browser: Browser) -> None:
         with pytest.raises(BrowserError, match=r"closed the pipe|cannot write"):
             p.evaluate("1 + 1", timeout=20)
         assert time.monotonic() - started < 5
+
+
+def test_the_page_writes_times_as_the_text_report(page: Page) -> None:
+    """One time format: the timeline's script (axis, tooltip, range) and ``report/format.fmt_time``
+    agree on every magnitude, rounding edge and sign."""
+    from traceadvisor.report.format import fmt_time
+
+    values = [0.0, 0.0005, 0.001, 0.5, 5.1, 9.9996, 12.345678, 812.44, 999.96, 999.4, 1000.0, 3050.4, 16755.0]
+    values += [99999.9, 12854018.0, 999999.0, 4.4e9, -399.184, -2249.0]
+    got = page.evaluate(f"JSON.stringify({values}.map(v => window.traceadvisor.fmtTime(v)))")
+    assert json.loads(got) == [fmt_time(v) for v in values]

@@ -39,6 +39,7 @@ from traceadvisor.report.format import (
     above_roof,
     figures_by_source,
     fmt_time,
+    impact_text,
     num,
     rank_cells,
     rank_label,
@@ -199,6 +200,23 @@ def _traces(report: Report) -> str:
     return "".join(out) + "</section>"
 
 
+def _window_start_us(report: Report, f: Finding) -> float | None:
+    """Where the finding's trace's analysis window starts (µs, trace clock): evidence starts are
+    shown from it (a trace's absolute µs, 4e12, say nothing to a reader); None when unknown."""
+    for t in report.traces:
+        if t.path == f.trace:
+            return t.window_start_us
+    return None
+
+
+def _from(origin: float | None, ts_us: float) -> str:
+    """``ts_us`` from ``origin`` (``+7.496 ms``), exact ns; the absolute µs when no origin."""
+    if origin is None:
+        return f"{ts_us:.3f} µs"
+    delta = (round(ts_us * 1000) - round(origin * 1000)) / 1000
+    return ("+" if delta >= 0 else "−") + fmt_time(abs(delta))
+
+
 def _findings(report: Report) -> str:
     out = ['<section id="findings"><h2>Findings</h2>']
     if not report.findings:
@@ -215,19 +233,19 @@ def _findings(report: Report) -> str:
             f'<p class="message">{_h(f.message)}</p><dl>'
         )
         if f.impact is not None:
-            out.append(
-                f"<dt>impact</dt><dd>{_h(fmt_time(f.impact.time_us))} ({f.impact.share_pct:.1f}% of the step): "
-                f"{_h(f.impact.basis)}</dd>"
-            )
+            out.append(f"<dt>impact</dt><dd>{_h(impact_text(f.impact))}: {_h(f.impact.basis)}</dd>")
         if f.location is not None:
             out.append(f"<dt>location</dt><dd>{_location(f.location)}</dd>")
         out.append(f"<dt>fix</dt><dd>{_h(f.recommendation)}</dd></dl>")
         if f.evidence:
             out.append(
-                '<table class="evidence"><tr><th>evidence</th><th>start (µs)</th><th>duration</th><th>stream</th></tr>'
+                '<table class="evidence"><tr><th>evidence</th><th>start (from the trace\'s window)</th>'
+                "<th>duration</th><th>stream</th></tr>"
             )
+            origin = _window_start_us(report, f)
             out += [
-                f"<tr><td><code>{_h(e.name, NAME_LIMIT)}</code></td><td>{e.ts_us:.3f}</td>"
+                f"<tr><td><code>{_h(e.name, NAME_LIMIT)}</code></td>"
+                f"<td>{_h(_from(origin, e.ts_us))}</td>"
                 f"<td>{_h(fmt_time(e.dur_us))}</td><td>{'' if e.stream is None else _h(e.stream)}</td></tr>"
                 for e in f.evidence[:10]
             ]

@@ -82,11 +82,26 @@
   function X(t) { return LABEL_W + ((t - v0) / (v1 - v0)) * (width - LABEL_W); }
   function T(x) { return v0 + ((x - LABEL_W) / (width - LABEL_W)) * (v1 - v0); }
 
+  // A time in µs as the text report writes it (report/format.py fmt_time): µs, ms or s by
+  // magnitude, four significant digits, never finer than the trace's nanosecond.
+  var UNITS = [['µs', 1], ['ms', 1e3], ['s', 1e6]];
   function fmtDur(us) {
-    var a = Math.abs(us);
-    if (a >= 1e6) return (us / 1e6).toFixed(3) + ' s';
-    if (a >= 1e3) return (us / 1e3).toFixed(3) + ' ms';
-    return us.toFixed(3) + ' µs';
+    if (us === 0 || !isFinite(us)) return (us === 0 ? '0' : String(us)) + ' µs';
+    var sign = us < 0 ? '-' : '', mag = Math.abs(us);
+    for (var u = 0; u < UNITS.length; u++) {
+      var x = mag / UNITS[u][1], exp = Math.floor(Math.log10(x));
+      var maxDec = 3 + Math.round(Math.log10(UNITS[u][1]));
+      var dec = Math.min(maxDec, Math.max(0, 3 - exp)), text = x.toFixed(dec);
+      if (dec > 0 && dec === 3 - exp && parseFloat(text) >= Math.pow(10, exp + 1)) text = x.toFixed(dec - 1);
+      if (parseFloat(text) < 1000 || u === UNITS.length - 1) return sign + text + ' ' + UNITS[u][0];
+    }
+  }
+
+  TA.fmtTime = fmtDur; // for the tests: the page writes times as the text report does
+
+  // An offset from the trace's start, signed (a span may start before the first drawn one).
+  function fmtOffset(us) {
+    return (us < 0 ? '\u2212' : '+') + fmtDur(Math.abs(us));
   }
 
   function niceStep(span, n) {
@@ -105,7 +120,7 @@
     for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
       var x = Math.round(X(t)) + 0.5;
       ctx.beginPath(); ctx.moveTo(x, AXIS_H); ctx.lineTo(x, height); ctx.stroke();
-      ctx.fillText('+' + fmtDur(t - full.lo), x + 3, AXIS_H / 2);
+      ctx.fillText(fmtOffset(t - full.lo), x + 3, AXIS_H / 2);
     }
     ctx.fillText('from trace start', 6, AXIS_H / 2);
   }
@@ -157,7 +172,7 @@
     }
     TA.view = { start_us: v0, end_us: v1 };
     TA.draws++;
-    if (rangeText) rangeText.textContent = 'showing ' + fmtDur(v1 - v0) + ' from +' + fmtDur(v0 - full.lo);
+    if (rangeText) rangeText.textContent = 'showing ' + fmtDur(v1 - v0) + ' from ' + fmtOffset(v0 - full.lo);
   }
 
   function redraw() {
@@ -196,8 +211,8 @@
     if (lane.role === 'idle') what = 'idle: ' + lane.trace.causes[r.k[i]].replace(/_/g, ' ');
     else what = (kinds[r.k[i]] || '').replace(/_/g, ' ');
     var name = lane.trace.names[r.n[i]] || '';
-    tooltip.textContent = (name ? name + '\n' : '') + what + ' · ' + lane.label + '\nstart ' + r.s[i].toFixed(3) +
-      ' µs (+' + fmtDur(r.s[i] - full.lo) + ')\nduration ' + fmtDur(r.e[i] - r.s[i]);
+    tooltip.textContent = (name ? name + '\n' : '') + what + ' · ' + lane.label + '\nstart ' + fmtOffset(r.s[i] - full.lo) +
+      ' from the trace start\nduration ' + fmtDur(r.e[i] - r.s[i]);
     tooltip.hidden = false;
     var left = Math.min(x + 14, width - 360);
     tooltip.style.left = Math.max(0, left) + 'px';
