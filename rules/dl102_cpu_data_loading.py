@@ -156,6 +156,7 @@ class CpuDataLoading(Rule[Options]):
             f"({share:.0f}%; step {basis}) goes. On a GPU this time would leave the GPU idle.",
             recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
             per_step=("data-workers", saving, step),
+            step_basis="measured unprofiled" if basis == "measured unprofiled" else "predicted unprofiled",
             basis=BASIS,
             evidence=evidence_of(worst, worst["name"].astype(str)),
             location=where,

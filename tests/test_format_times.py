@@ -96,7 +96,7 @@ def test_every_impact_names_its_denominator_as_computed() -> None:
         if f.impact.saving_per_step_us is not None:
             kinds.add("replay")
             assert text.startswith(f"{fmt_time(f.impact.saving_per_step_us)} a step ")
-            assert f"% of the {fmt_time(step.unprofiled_step_us)} predicted step)" in text
+            assert f"% of the {fmt_time(step.unprofiled_step_us)} predicted unprofiled step)" in text
             assert f"; {fmt_time(f.impact.time_us)} over {len(trace.steps.table)} steps" in text
         else:
             kinds.add("estimate")

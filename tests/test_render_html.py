@@ -298,3 +298,18 @@ def test_hostile_names_are_escaped(tmp_path: Path) -> None:
     # the names reach the timeline's data intact (the script shows them as text, never as markup)
     names = _blob(page)["traces"][0]["names"]
     assert any(n.endswith('<img src=x onerror=alert(1)>"\\u202e&amp;') for n in names)
+
+
+def test_cpu_only_page_has_the_cpu_section_and_no_gpu_lines() -> None:
+    import html
+
+    report = analyze([ROOT / "fixtures" / "traces" / "cpu_slow_getitem.json.gz"], timeline=True)
+    cpu = report.traces[0].cpu
+    assert cpu is not None
+    page = render(report, "html").decode()
+    section = page.split('<section id="cpu">')[1].split("</section>")[0]
+    # the hottest Python frame's user line, as the text report's table gives it
+    top = cpu.top_lines[0]
+    assert top.user is not None and html.escape(top.user) in section
+    assert "GPU busy" not in page.split('<section id="traces">')[1].split("</section>")[0]
+    assert "device: CPU only" in page

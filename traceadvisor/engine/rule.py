@@ -167,16 +167,19 @@ class Rule(Generic[O]):
         location: Location | None = None,
         data: Mapping[str, Any] | None = None,
         severity: Severity | None = None,
+        step_basis: str = "predicted unprofiled",
     ) -> Finding:
         """A finding with code and name filled in and severity derived from the impact.
 
         ``per_step``: (scenario, saving per step ns, predicted unprofiled step ns) from a what-if
         replay (``rule_helpers.replayed``): the impact is the replay difference, its share that over
-        the predicted unprofiled step; ``impact_ns`` is then ignored."""
+        the predicted unprofiled step; ``impact_ns`` is then ignored. ``step_basis``: what that
+        step is, when it is not the replay's prediction (``measured unprofiled``)."""
         impact = None
         if per_step is not None:
             scenario, saving_ns, step_ns = per_step
-            impact = per_step_impact(saving_ns, step_ns, max(1, len(trace.steps.table)), basis, scenario)
+            steps = max(1, len(trace.steps.table))
+            impact = per_step_impact(saving_ns, step_ns, steps, basis, scenario, step_basis)
         elif impact_ns is not None:
             window = trace.analysed_ns
             share = 100.0 * impact_ns / window if window > 0 else 0.0
@@ -207,15 +210,18 @@ class Rule(Generic[O]):
 AnyRule = Rule[Any]  # a rule of any options type (what the engine handles)
 
 
-def per_step_impact(saving_ns: float, step_ns: float, steps: int, basis: str, scenario: str | None) -> Impact:
+def per_step_impact(
+    saving_ns: float, step_ns: float, steps: int, basis: str, scenario: str | None, step_basis: str
+) -> Impact:
     """The impact of a saving per step (a replay difference): over ``steps`` steps in all, its
-    share that saving over ``step_ns`` (the predicted unprofiled step it is cut from)."""
+    share that saving over ``step_ns`` (the step it is cut from, which ``step_basis`` names)."""
     return Impact(
         time_us=saving_ns * steps / 1000.0,
         share_pct=100.0 * saving_ns / step_ns if step_ns > 0 else 0.0,
         basis=basis,
         saving_per_step_us=saving_ns / 1000.0,
         scenario=scenario,
+        step_basis=step_basis,
     )
 
 
@@ -299,7 +305,7 @@ class RankRule(Rule[O]):
         impact = None
         if saving_per_step_ns is not None and step_ns:
             steps = max(1, int(run.breakdown["step"].nunique())) if len(run.breakdown) else 1
-            impact = per_step_impact(saving_per_step_ns, step_ns, steps, basis, scenario)
+            impact = per_step_impact(saving_per_step_ns, step_ns, steps, basis, scenario, "profiled mean rank")
         return Finding(
             code=self.code,
             rule=self.name,

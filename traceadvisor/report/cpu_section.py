@@ -56,7 +56,8 @@ def summary_lines(c: CpuSummary) -> list[str]:
     if c.syncs_per_step > 0:
         where = f" in {', '.join(c.sync_sites[:3])}" if c.sync_sites else ""
         out.append(
-            f"syncs: {c.syncs_per_step:g} .item()-like op(s) a step ({', '.join(c.sync_ops)}){where}: free on a CPU; "
+            f"syncs: {c.syncs_per_step:g} .item()-like {'op' if c.syncs_per_step == 1 else 'ops'} a step "
+            f"({', '.join(c.sync_ops)}){where}: free on a CPU; "
             "on a GPU each makes the host wait until the GPU has run everything queued before it (sync-point, "
             "SY101, measures them there)"
         )
@@ -72,7 +73,10 @@ def text_lines(c: CpuSummary | None, width: int = 120) -> list[str]:
     out = [f"  {terminal(s, TEXT_LIMIT)}" for s in summary_lines(c)]
     ops = [[terminal(o.name), fmt_time(o.self_us), f"{o.share_pct:.1f}%", f"{o.calls:g}"] for o in c.top_ops]
     out += _table(["hot op (self time)", "per step", "share", "calls"], ops, width)
-    rows = [[terminal(_frame(x)), terminal(_user(x)), fmt_time(x.self_us), f"{x.share_pct:.1f}%"] for x in c.top_lines]
+    rows = [
+        [terminal(frame_name(x)), terminal(user_frame(x)), fmt_time(x.self_us), f"{x.share_pct:.1f}%"]
+        for x in c.top_lines
+    ]
     out += _table(["hot Python (self time)", "under your code", "per step", "share"], rows, width, flex=2)
     return out
 
@@ -89,7 +93,7 @@ def markdown_lines(c: CpuSummary | None) -> list[str]:
     ]
     out += ["", "| hot Python (self time) | under your code | per step | share |", "|---|---|---:|---:|"]
     out += [
-        f"| {markdown_code(_frame(x))} | {markdown_code(_user(x)) if _user(x) else ''} | "
+        f"| {markdown_code(frame_name(x))} | {markdown_code(user_frame(x)) if user_frame(x) else ''} | "
         f"{fmt_time(x.self_us)} | {x.share_pct:.1f}% |"
         for x in c.top_lines
     ]
@@ -101,12 +105,12 @@ def _pct(v: float, whole: float) -> str:
     return f"{100.0 * v / whole:.1f}%" if whole > 0 else "-"
 
 
-def _frame(x: CpuLine) -> str:
+def frame_name(x: CpuLine) -> str:
     """``function (file:line)``, or a built-in's name (it has no file)."""
     return f"{x.function} ({x.file}:{x.line})" if x.line is not None else x.file
 
 
-def _user(x: CpuLine) -> str:
+def user_frame(x: CpuLine) -> str:
     return x.user or ("(your code)" if x.is_user else "")
 
 

@@ -55,13 +55,18 @@ class Impact:
     From a what-if replay (``scenario`` set): ``saving_per_step_us`` is the predicted unprofiled
     step before the fix minus after it, ``share_pct`` that over the predicted unprofiled step, and
     ``time_us`` the saving over the analysed steps. Otherwise (a rule's own estimate) ``time_us`` is
-    over the analysed steps and ``share_pct`` its share of their profiled time."""
+    over the analysed steps and ``share_pct`` its share of their profiled time.
+
+    ``step_basis`` names the step a per-step saving's share is of, in words for the report:
+    ``predicted unprofiled`` (a replay's), ``measured unprofiled`` (timed by capture or the advisor
+    with the profiler off), ``profiled`` (a cross-rank rule's mean rank step)."""
 
     time_us: float
     share_pct: float
     basis: str
     saving_per_step_us: float | None = None
     scenario: str | None = None
+    step_basis: str | None = None
 
 
 # What a location's line is. ``exact``: the line itself (a rule or a capture that knows it). From

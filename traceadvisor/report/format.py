@@ -294,9 +294,10 @@ def hidden_findings_line(hidden: Sequence[tuple[int, Finding]]) -> str:
 def impact_text(impact: Impact) -> str:
     """A finding's impact with the denominator of its share named and its length shown.
 
-    A replayed saving (``saving_per_step_us``): the saving per step, its share of the predicted
-    unprofiled step, and the total over the steps (``2.249 ms a step (73.7% of the 3.050 ms
-    predicted step); 6.746 ms over 3 steps``), the figures the verdict and the what-if use. A rule's
+    A replayed saving (``saving_per_step_us``): the saving per step, its share of the step
+    ``impact.step_basis`` names (the predicted unprofiled one by default), and the total over the
+    steps (``2.249 ms a step (73.7% of the 3.050 ms predicted unprofiled step); 6.746 ms over 3
+    steps``), the figures the verdict and the what-if use. A rule's
     own estimate: the time over the analysed steps and its share of their span (``trace.analysed_ns``,
     which can be longer than the report's window: it spans both the CPU and the GPU side of the
     steps): ``1.565 ms (6.1% of the 25.47 ms analysed)``. Each denominator is recovered from the
@@ -308,7 +309,8 @@ def impact_text(impact: Impact) -> str:
         step = f" {fmt_time(100.0 * per_step / share)}" if share > 0 else ""
         steps = round(impact.time_us / per_step) if per_step > 0 else 0
         total = f"; {fmt_time(impact.time_us)} over {steps} steps" if steps > 1 else ""
-        return f"{head} ({share:.1f}% of the{step} predicted step){total}"
+        basis = impact.step_basis or "predicted unprofiled"
+        return f"{head} ({share:.1f}% of the{step} {basis} step){total}"
     whole = f" {fmt_time(100.0 * impact.time_us / share)}" if share > 0 else ""
     return f"{fmt_time(impact.time_us)} ({share:.1f}% of the{whole} analysed)"
 

@@ -41,6 +41,7 @@ from traceadvisor.report.format import (
     fmt_time,
     impact_text,
     num,
+    plural,
     rank_cells,
     rank_label,
     ranks_head,
@@ -48,6 +49,7 @@ from traceadvisor.report.format import (
     skipped_by_reason,
     step_time_line,
     verdict_lines,
+    window_basis_name,
 )
 from traceadvisor.report.model import TIMELINE_KINDS, Report, RooflineSummary, Timeline, TraceSummary
 from traceadvisor.report.safe_text import NAME_LIMIT, TEXT_LIMIT, escape_controls, shorten
@@ -151,12 +153,13 @@ def finding_windows(report: Report) -> dict[int, tuple[float, float]]:
 def _body(report: Report, timelines: list[tuple[TraceSummary, Timeline]], left_out: list[str]) -> str:
     out = [
         "<header><h1>traceadvisor report</h1>",
-        f'<p class="meta">traceadvisor {_h(__version__)} · {len(report.traces)} trace(s) · '
-        f"{len(report.findings)} finding(s)</p>",
+        f'<p class="meta">traceadvisor {_h(__version__)} · {_h(plural(len(report.traces), "trace"))} · '
+        f"{_h(plural(len(report.findings), 'finding'))}</p>",
         f'<p class="howto">{_h(HOW_TO_READ)}</p></header>',
         _verdict(report),
         _traces(report),
         _ranks(report) if report.ranks is not None else "",  # several ranks: the comparison first
+        _cpu(report),
         _findings(report),
         _timeline(report, timelines, left_out),
         _steps(report),
@@ -185,10 +188,14 @@ def _traces(report: Report) -> str:
         dev = (t.device.name if t.device is not None else None) or t.platform
         rank = "" if t.rank is None else f" (rank {_h(t.rank)})"
         items = [
-            f"device: {_h(dev)}",
-            f"window: {_h(fmt_time(t.window_us))} ({_h(t.window_basis)})",
-            f"GPU busy: {t.gpu_busy_pct:.1f}% ({_h(fmt_time(t.gpu_busy_us))}); {t.kernel_count} kernels",
+            f"device: {_h(dev)}" if t.platform != "cpu" else "device: CPU only (no GPU activity in the trace)",
+            f"window: {_h(fmt_time(t.window_us))} ({_h(window_basis_name(t.window_basis))})",
         ]
+        if t.platform != "cpu":
+            items.append(
+                f"GPU busy: {t.gpu_busy_pct:.1f}% ({_h(fmt_time(t.gpu_busy_us))}); "
+                f"{_h(plural(t.kernel_count, 'kernel'))}"
+            )
         if t.replay_error_pct is not None:
             step = t.step_time.profiled_step_us if t.step_time is not None else None
             items.append(f"replay: {_h(replay_line(t.replay_error_pct, t.replay_external_wait_us, step))}")
@@ -302,6 +309,40 @@ def _steps(report: Report) -> str:
         out.append("</table>")
         if len(t.steps) > 500:
             out.append(f'<p class="note">{len(t.steps) - 500:,} more steps (the JSON report lists them all).</p>')
+    return "".join(out) + "</section>"
+
+
+def _cpu(report: Report) -> str:
+    """The CPU-only section of each trace that has one (``traces[].cpu``): the text report's
+    sentences (``cpu_section.summary_lines``) and its two tables."""
+    from traceadvisor.report.cpu_section import frame_name, summary_lines, user_frame
+
+    parts = [t for t in report.traces if t.cpu is not None]
+    if not parts:
+        return ""
+    out = ['<section id="cpu"><h2>CPU-only analysis</h2>']
+    for t in parts:
+        c = t.cpu
+        assert c is not None
+        if len(report.traces) > 1:
+            out.append(f"<h3><code>{_h(t.path)}</code></h3>")
+        out.append("<ul>" + "".join(f"<li>{_h(line, TEXT_LIMIT)}</li>" for line in summary_lines(c)) + "</ul>")
+        out.append("<table><tr><th>hot op (self time)</th><th>per step</th><th>share</th><th>calls</th></tr>")
+        out += [
+            f"<tr><td><code>{_h(o.name, NAME_LIMIT)}</code></td><td>{_h(fmt_time(o.self_us))}</td>"
+            f"<td>{o.share_pct:.1f}%</td><td>{o.calls:g}</td></tr>"
+            for o in c.top_ops
+        ]
+        out.append("</table>")
+        out.append(
+            "<table><tr><th>hot Python (self time)</th><th>under your code</th><th>per step</th><th>share</th></tr>"
+        )
+        out += [
+            f"<tr><td><code>{_h(frame_name(x), NAME_LIMIT)}</code></td><td><code>{_h(user_frame(x), NAME_LIMIT)}</code>"
+            f"</td><td>{_h(fmt_time(x.self_us))}</td><td>{x.share_pct:.1f}%</td></tr>"
+            for x in c.top_lines
+        ]
+        out.append("</table>")
     return "".join(out) + "</section>"
 
 
