@@ -55,3 +55,21 @@ def test_multirank_findings_name_their_ranks_and_skipped_rules_group_by_reason()
     reasons = {s["reason"] for s in doc["skipped"]}
     skipped = [line for line in text.splitlines() if line.startswith("skipped ")]
     assert len(skipped) == len(reasons) and reasons
+    # each rank's skips are kept, and each line says on which ranks its reason holds
+    ranks = {t["path"]: t["rank"] for t in doc["traces"]}
+    for reason in reasons:
+        on = {ranks[s["trace"]] for s in doc["skipped"] if s["reason"] == reason}
+        scope = "every rank" if on == set(ranks.values()) else ", ".join(f"rank {r}" for r in sorted(on))
+        assert sum(f" on {scope}: {reason[:40]}" in line for line in skipped) == 1, (reason, skipped)
+
+
+def test_a_gpu_and_a_cpu_trace_say_whose_skips_they_are() -> None:
+    gpu, cpu = FIXTURE_TRACES / "train_step.json.gz", FIXTURE_TRACES / "cpu_slow_getitem.json.gz"
+    p = analyze(str(gpu), str(cpu), "-f", "json")
+    doc = json.loads(p.stdout)
+    lacks = {Path(s["trace"]).name for s in doc["skipped"] if s["reason"].startswith("trace lacks gpu")}
+    assert lacks == {cpu.name}  # the GPU trace runs its GPU rules
+    (t,) = [t for t in doc["traces"] if Path(t["path"]).name == cpu.name]
+    label = f"rank {t['rank']}" if t["rank"] is not None else cpu.name
+    text = analyze(str(gpu), str(cpu)).stdout
+    assert any(line.startswith("skipped ") and f" on {label}: trace lacks gpu" in line for line in text.splitlines())

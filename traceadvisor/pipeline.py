@@ -114,7 +114,8 @@ def with_ranks(
     findings = merge_findings(report.findings, rank_of) + cross.findings
     findings.sort(key=lambda f: (-(f.impact.time_us if f.impact else 0.0), -f.severity.rank, f.code))
     traces = tuple(replace(t, rank=rank_of.get(t.path, t.rank)) for t in report.traces)
-    skipped = tuple({(s.rule, s.reason): s for s in report.skipped}.values())
+    # each rank's skips kept (the renderers say on which ranks a reason holds: report/format.py)
+    skipped = tuple({(s.rule, s.reason, s.trace): s for s in report.skipped}.values())
     return _with_verdict(
         replace(
             report,

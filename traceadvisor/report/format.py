@@ -17,7 +17,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from traceadvisor.report.finding import Finding, Impact, Severity
-from traceadvisor.report.model import RankRow, RanksSummary, RooflineKernel, Skipped, StepSummary, StepTime, Verdict
+from traceadvisor.report.model import (
+    RankRow,
+    RanksSummary,
+    RooflineKernel,
+    Skipped,
+    StepSummary,
+    StepTime,
+    TraceSummary,
+    Verdict,
+)
 
 T = TypeVar("T")
 
@@ -193,15 +202,43 @@ def ranks_head(r: RanksSummary) -> str:
     )
 
 
-def skipped_by_reason(skipped: Sequence[Skipped]) -> list[tuple[str, list[str]]]:
+def trace_labels(traces: Sequence[TraceSummary]) -> dict[str, str]:
+    """How a line names each trace of a report: ``rank N`` where the trace knows its rank, else
+    its file name (the full path when two traces share a file name)."""
+    names = [t.path.replace("\\", "/").rsplit("/", 1)[-1] for t in traces]
+    return {
+        t.path: f"rank {t.rank}" if t.rank is not None else (name if names.count(name) == 1 else t.path)
+        for t, name in zip(traces, names, strict=True)
+    }
+
+
+def skipped_by_reason(
+    skipped: Sequence[Skipped], labels: Mapping[str, str] | None = None
+) -> list[tuple[str, list[str], str]]:
     """The skipped rules, one entry per reason (the rules in report order, each once): ten rules
-    skipped because the trace has no GPU are one line, not ten."""
+    skipped because the trace has no GPU are one line, not ten. Each entry is (reason, rules,
+    scope); with ``labels`` of several traces (``trace_labels``) the scope says which traces the
+    reason holds for (`` on rank 1``, `` on every rank``), so a CPU trace's skips are not read as
+    a GPU trace's; else it is empty. Callers write ``skipped {rules}{scope}: {reason}``."""
     by: dict[str, list[str]] = {}
+    where: dict[str, list[str]] = {}
     for s in skipped:
         rules = by.setdefault(s.reason, [])
         if s.rule not in rules:
             rules.append(s.rule)
-    return list(by.items())
+        on = where.setdefault(s.reason, [])
+        if s.trace not in on:
+            on.append(s.trace)
+    out = []
+    for reason, rules in by.items():
+        scope = ""
+        if labels and len(labels) > 1:
+            on = where[reason]
+            ranks = all(label.startswith("rank ") for label in labels.values())
+            every = "every rank" if ranks else "every trace"
+            scope = " on " + (every if set(labels) <= set(on) else ", ".join(labels.get(t, t) for t in on))
+        out.append((reason, rules, scope))
+    return out
 
 
 _FINDING_HEAD = re.compile(r"^\d+\. \[")

@@ -48,6 +48,7 @@ from traceadvisor.report.format import (
     replay_line,
     skipped_by_reason,
     step_time_line,
+    trace_labels,
     verdict_lines,
     window_basis_name,
 )
@@ -261,8 +262,8 @@ def _findings(report: Report) -> str:
         if n in windows:
             out.append(f' <button class="show-in-timeline" data-finding="{n}">Show in timeline</button>')
         out.append("</p></article>")
-    for reason, rules in skipped_by_reason(report.skipped):
-        out.append(f'<p class="skipped">skipped {_h(", ".join(rules))}: {_h(reason)}</p>')
+    for reason, rules, scope in skipped_by_reason(report.skipped, trace_labels(report.traces)):
+        out.append(f'<p class="skipped">skipped {_h(", ".join(rules))}{_h(scope)}: {_h(reason)}</p>')
     out += [f'<p class="rule-error">rule error {_h(e.rule)}: {_h(e.error)}</p>' for e in report.errors]
     return "".join(out) + "</section>"
 

@@ -32,6 +32,7 @@ from traceadvisor.report.format import (
     skipped_by_reason,
     split_findings,
     step_time_line,
+    trace_labels,
     verdict_lines,
     window_basis_name,
 )
@@ -77,8 +78,11 @@ def render(report: Report, show_all: bool = False) -> str:
         out += [_text(hidden_findings_line(hidden)), ""]
     if report.skipped:
         out += ["## Skipped rules", ""]
-        groups = skipped_by_reason(report.skipped)
-        out += [f"- {', '.join(markdown(r) for r in rules)}: {_text(reason)}" for reason, rules in groups]
+        groups = skipped_by_reason(report.skipped, trace_labels(report.traces))
+        out += [
+            f"- {', '.join(markdown(r) for r in rules)}{_text(scope)}: {_text(reason)}"
+            for reason, rules, scope in groups
+        ]
         out += [""]
     if report.errors:
         out += ["## Rule errors", ""] + [f"- {markdown(e.rule)}: {_text(e.error)}" for e in report.errors] + [""]

@@ -39,6 +39,7 @@ from traceadvisor.report.format import (
     skipped_by_reason,
     split_findings,
     step_time_line,
+    trace_labels,
     verdict_lines,
     window_basis_name,
 )
@@ -250,8 +251,8 @@ def _findings(console: Console, report: Report, show_all: bool) -> None:
         console.print(f"   fix: {_text(f.recommendation)}")
     if hidden:
         console.print(hidden_findings_line(hidden))
-    for reason, rules in skipped_by_reason(report.skipped):
-        console.print(f"skipped {', '.join(_name(r) for r in rules)}: {_text(reason)}")
+    for reason, rules, scope in skipped_by_reason(report.skipped, trace_labels(report.traces)):
+        console.print(f"skipped {', '.join(_name(r) for r in rules)}{_text(scope)}: {_text(reason)}")
     for e in report.errors:
         console.print(Text.assemble(("rule error", "red"), f" {_name(e.rule)}: {_text(e.error)}"))
 
