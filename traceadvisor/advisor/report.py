@@ -54,8 +54,12 @@ class AdvisorReport:
         return cls(cycle, rank, step, trace_path, Report.from_dict(document), dict(timings or {}), html_path)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON report (schema in the README), a new dict the caller may change."""
-        return self.report.to_dict()
+        """The JSON report (schema in the README), a new dict the caller may change: what
+        ``analyze --format json`` prints, times in µs written to the nanosecond as there."""
+        from traceadvisor.report.render_json import round_times
+
+        doc: dict[str, Any] = round_times(self.report.to_dict())
+        return doc
 
     @property
     def worst_severity(self) -> Severity | None:
