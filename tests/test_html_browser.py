@@ -46,10 +46,12 @@ class Case:
     multi_rank: bool = False
 
 
-# A single-GPU training step, the ranks of a CPU DDP run together, a CPU-only capture.
+# A single-GPU training step, the ranks of a CPU DDP run and of a GPU one together, a CPU-only capture.
 CASES = (
     Case("single_gpu", (TRACES / "train_step.json.gz",)),
     Case("multi_rank", (TRACES / "multirank" / _straggler_run(),), multi_rank=True),
+    # two ranks on one H100 (NCCL cannot share a GPU: gloo over CUDA tensors), rank 1's input 50 ms late
+    Case("multi_rank_gpu", (TRACES / "multirank_gpu" / "input_delay_2r",), multi_rank=True),
     Case("cpu_only", (TRACES / "cpu_slow_getitem.json.gz",)),
 )
 

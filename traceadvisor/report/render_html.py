@@ -37,6 +37,7 @@ from traceadvisor.report.format import (
     ABOVE_ROOF_NOTE,
     RANK_COLUMNS,
     above_roof,
+    cause_name,
     figures_by_source,
     fmt_time,
     impact_text,
@@ -57,6 +58,8 @@ from traceadvisor.report.safe_text import NAME_LIMIT, TEXT_LIMIT, escape_control
 
 # Spans embedded in one page, all traces together: ~8 bytes each, so about 5 MB at most.
 MAX_SPANS_PAGE = 600_000
+# The timeline's span kinds in the page's words (the data keeps the identifiers).
+KIND_NAMES = {"cpu_op": "CPU op", "python": "Python frame"}
 # Characters of a span name in the timeline's data (a 200 MB event name must not make a 200 MB page).
 TIMELINE_NAME_LIMIT = 300
 # As traceadvisor/open_command.py: context around a short evidence event, ns.
@@ -279,11 +282,11 @@ def _timeline(report: Report, timelines: list[tuple[TraceSummary, Timeline]], le
     notes = [f"{t.path}: {tl.sampled}" for t, tl in timelines if tl.sampled]
     notes += left_out
     out += [f'<p class="note sampled">{_h(n)}</p>' for n in notes]
-    legend = [(k, k.replace("_", " ")) for k in TIMELINE_KINDS]
+    legend = [(k, KIND_NAMES.get(k, k.replace("_", " "))) for k in TIMELINE_KINDS]
     causes = timelines[0][1].causes if timelines else ()
     out.append('<div id="timeline-legend">')
     out += [f'<span class="key"><i data-kind="{_h(k)}"></i>{_h(label)}</span>' for k, label in legend]
-    out += [f'<span class="key"><i data-cause="{_h(c)}"></i>idle: {_h(c.replace("_", " "))}</span>' for c in causes]
+    out += [f'<span class="key"><i data-cause="{_h(c)}"></i>idle: {_h(cause_name(c))}</span>' for c in causes]
     out.append("</div>")
     out.append(
         '<p class="hint">wheel: zoom · drag: pan · hover: details · double-click: whole range · '
@@ -543,11 +546,13 @@ def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -
                 "end_us": tl.end_us,
                 "names": [escape_controls(shorten(n, TIMELINE_NAME_LIMIT)) for n in tl.names],
                 "causes": list(tl.causes),
+                "causeNames": [cause_name(c) for c in tl.causes],  # the text report's words
                 "lanes": lanes,
             }
         )
     data = {
         "kinds": list(TIMELINE_KINDS),
+        "kindNames": [KIND_NAMES.get(k, k.replace("_", " ")) for k in TIMELINE_KINDS],
         "traces": traces,
         "findingWindows": {str(n): {"start_us": a, "end_us": b} for n, (a, b) in finding_windows(report).items()},
     }

@@ -17,7 +17,7 @@
   };
   var ROW = 12, LANE_GAP = 6, LABEL_W = 230, AXIS_H = 22, MIN_SPAN_US = 0.01;
   var canvas, ctx, tooltip, wrap, rangeText, lanes = [], full = { lo: 0, hi: 1 }, v0 = 0, v1 = 1;
-  var kinds = [], width = 800, height = 100, pending = false;
+  var kinds = [], kindNames = [], width = 800, height = 100, pending = false;
 
   function fail(e) {
     TA.error = String((e && e.message) || e);
@@ -208,8 +208,8 @@
     var h = hit(x, y);
     if (!h) { tooltip.hidden = true; return; }
     var r = h.row, i = h.i, lane = h.lane, what;
-    if (lane.role === 'idle') what = 'idle: ' + lane.trace.causes[r.k[i]].replace(/_/g, ' ');
-    else what = (kinds[r.k[i]] || '').replace(/_/g, ' ');
+    if (lane.role === 'idle') what = 'idle: ' + (lane.trace.causeNames || lane.trace.causes)[r.k[i]];
+    else what = kindNames[r.k[i]] || '';
     var name = lane.trace.names[r.n[i]] || '';
     tooltip.textContent = (name ? name + '\n' : '') + what + ' · ' + lane.label + '\nstart ' + fmtOffset(r.s[i] - full.lo) +
       ' from the trace start\nduration ' + fmtDur(r.e[i] - r.s[i]);
@@ -282,6 +282,7 @@
 
   function start(data) {
     kinds = data.kinds;
+    kindNames = data.kindNames || data.kinds;
     TA.findingWindows = data.findingWindows || {};
     var lo = Infinity, hi = -Infinity;
     data.traces.forEach(function (tr) {
