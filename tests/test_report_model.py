@@ -110,7 +110,8 @@ def test_the_advisor_report_is_the_typed_report() -> None:
     assert [s.step for s in received.steps] == [s.step for t in report.traces for s in t.steps]
     assert received.render("markdown") == render(report, "markdown").decode()
     assert received.render("text") == render(report, "text").decode()
-    assert received.to_dict() == report.to_dict()
+    # what analyze --format json prints (times written to the ns), not the unrounded model
+    assert received.to_dict() == json.loads(render(report, "json"))
 
 
 def test_fail_on_takes_the_one_severity() -> None:
