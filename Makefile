@@ -47,6 +47,7 @@ test: $(VENV)/.installed-test lint
 bench: $(VENV)/.installed-test
 	$(PY) bench/run.py
 	$(PY) bench/ranks_scale.py --build traceadvisor.pipeline:rank_summary --combine traceadvisor.pipeline:analyze_summaries
+	$(PY) bench/html_report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache traceadvisor/trace/_kineto*.so
