@@ -313,3 +313,40 @@ def test_cpu_only_page_has_the_cpu_section_and_no_gpu_lines() -> None:
     assert top.user is not None and html.escape(top.user) in section
     assert "GPU busy" not in page.split('<section id="traces">')[1].split("</section>")[0]
     assert "device: CPU only" in page
+
+
+def _unique_names_trace(path: Path, n: int) -> Path:
+    """A CPU trace of one step holding ``n`` ops, each with its own 180-character name (what a
+    generated or hostile trace can do to a page that embeds every distinct name)."""
+    import random
+    import string
+
+    rnd = random.Random(7)
+    events: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10 * n + 10}
+    ]
+    for i in range(n):
+        name = "".join(rnd.choices(string.ascii_letters, k=180))
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 1 + 10 * i, "dur": 8})
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_too_many_distinct_names_are_cut_to_the_budget_and_said(tmp_path: Path, monkeypatch: Any) -> None:
+    import traceadvisor.report.render_html as page_module
+
+    trace = _unique_names_trace(tmp_path / "names.json", 3000)
+    report = analyze([trace], timeline=True)
+    whole = render(report, "html").decode()  # 540k characters of names: under the real budget
+    assert "span names cut" not in whole
+    monkeypatch.setattr(page_module, "NAMES_BUDGET_CHARS", 30_000)
+    cut = render(report, "html").decode()
+    assert f"span names cut to {page_module.MIN_NAME_CHARS} characters (the rest of the names dropped)" in cut
+    names = [n for t in _blob(cut.encode())["traces"] for n in t["names"]]
+    assert sum(len(n) for n in names) <= 30_000 + len(names)  # each cut name may end in an ellipsis
+    assert sum(1 for n in names if n) == 30_000 // page_module.MIN_NAME_CHARS
+    assert len(cut) < len(whole) / 3
+    monkeypatch.setattr(page_module, "MAX_DATA_CHARS", 1_000)
+    dropped = render(report, "html").decode()
+    assert "timeline left out: its data would take" in dropped
+    assert _blob(dropped.encode())["traces"] == []

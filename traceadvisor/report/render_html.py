@@ -62,6 +62,14 @@ MAX_SPANS_PAGE = 600_000
 KIND_NAMES = {"cpu_op": "CPU op", "python": "Python frame"}
 # Characters of a span name in the timeline's data (a 200 MB event name must not make a 200 MB page).
 TIMELINE_NAME_LIMIT = 300
+# The page must stay under 8 MB always (issue 14): the spans are capped (MAX_SPANS_PAGE), and the
+# distinct names, which a trace can make as many as its spans (a hostile or generated one), share
+# this many characters: each name is cut to its share, at least MIN_NAME_CHARS, and past
+# NAMES_BUDGET_CHARS / MIN_NAME_CHARS names the rest are dropped (the tooltip then gives the kind).
+NAMES_BUDGET_CHARS = 2_000_000
+MIN_NAME_CHARS = 24
+# The embedded data's last guard (base64 characters): past it the timeline is left out, said so.
+MAX_DATA_CHARS = 7_000_000
 # As traceadvisor/open_command.py: context around a short evidence event, ns.
 PAD_NS = 10_000
 HOW_TO_READ = (
@@ -86,11 +94,22 @@ def _asset(name: str) -> str:
 def render(report: Report) -> bytes:
     """``report`` as one complete HTML5 document, UTF-8."""
     timelines, left_out = _page_timelines(report)
+    data, name_limit = _data_blob(report, timelines)
+    if len(data) > MAX_DATA_CHARS:  # only a trace built to defeat the budgets gets here
+        left_out.append(f"timeline left out: its data would take {len(data) / 1e6:.1f} MB (the page keeps 8 MB)")
+        timelines = []
+        data, name_limit = _data_blob(report, timelines)
+    elif name_limit < TIMELINE_NAME_LIMIT:
+        left_out.append(
+            f"span names cut to {name_limit} characters"
+            + (" (the rest of the names dropped)" if name_limit == MIN_NAME_CHARS else "")
+            + ": the trace holds too many distinct names for the page's size budget"
+        )
     parts = {
         "title": _h(f"traceadvisor report: {', '.join(t.path for t in report.traces) or 'no trace'}", NAME_LIMIT),
         "style": _asset("style.css"),
         "body": _body(report, timelines, left_out),
-        "data": _data_blob(report, timelines),
+        "data": data,
         "script": _asset("timeline.js"),
     }
     page = _PLACEHOLDER.sub(lambda m: parts[m.group(1)], _asset("template.html"))
@@ -518,7 +537,20 @@ def _deltas_ns(origin_ns: int, starts_us: Iterable[float]) -> tuple[int, list[in
     return ns[0], [0] + [b - a for a, b in itertools.pairwise(ns)]
 
 
-def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -> str:
+def _name_limit(timelines: list[tuple[TraceSummary, Timeline]]) -> tuple[int, int]:
+    """(characters a name keeps, how many names keep one) within ``NAMES_BUDGET_CHARS``."""
+    names = [n for _, tl in timelines for n in tl.names]
+    total = sum(min(len(n), TIMELINE_NAME_LIMIT) for n in names)
+    if total <= NAMES_BUDGET_CHARS:
+        return TIMELINE_NAME_LIMIT, len(names)
+    limit = max(MIN_NAME_CHARS, NAMES_BUDGET_CHARS // max(1, len(names)))
+    return limit, (len(names) if limit > MIN_NAME_CHARS else NAMES_BUDGET_CHARS // MIN_NAME_CHARS)
+
+
+def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -> tuple[str, int]:
+    """The page's embedded data (gzip + base64) and the characters each span name kept."""
+    limit, keep = _name_limit(timelines)
+    kept = 0
     traces: list[dict[str, Any]] = []
     for t, tl in timelines:
         # several traces that are not ranks of one run: each lane says its file
@@ -544,12 +576,15 @@ def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -
                 "rank": t.rank,
                 "start_us": tl.start_us,
                 "end_us": tl.end_us,
-                "names": [escape_controls(shorten(n, TIMELINE_NAME_LIMIT)) for n in tl.names],
+                "names": [
+                    escape_controls(shorten(n, limit)) if kept + i < keep else "" for i, n in enumerate(tl.names)
+                ],
                 "causes": list(tl.causes),
                 "causeNames": [cause_name(c) for c in tl.causes],  # the text report's words
                 "lanes": lanes,
             }
         )
+        kept += len(tl.names)
     data = {
         "kinds": list(TIMELINE_KINDS),
         "kindNames": [KIND_NAMES.get(k, k.replace("_", " ")) for k in TIMELINE_KINDS],
@@ -557,4 +592,4 @@ def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -
         "findingWindows": {str(n): {"start_us": a, "end_us": b} for n, (a, b) in finding_windows(report).items()},
     }
     raw = json.dumps(data, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
+    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii"), limit
