@@ -16,7 +16,7 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     evidence_of,
-    fmt_ms,
+    fmt_ns,
     in_steps,
     location_of,
     measured_unprofiled_ns,
@@ -132,7 +132,7 @@ class CpuDataLoading(Rule[Options]):
             "step_basis": basis,
         }
         message = (
-            f"The steps spend {fmt_ms(fetch)} fetching batches from the DataLoader on the training thread{site}"
+            f"The steps spend {fmt_ns(fetch)} fetching batches from the DataLoader on the training thread{site}"
             + (" (num_workers=0: every batch is built between steps)" if single else "")
         )
         if world is not None and world > 1:
@@ -140,7 +140,7 @@ class CpuDataLoading(Rule[Options]):
             # rank's fetch costs the run is decided across ranks (rank-straggler), not here.
             yield self.finding(
                 trace,
-                message=message + f" ({share:.0f}% of this rank's {fmt_ms(step)} step). This trace is one rank "
+                message=message + f" ({share:.0f}% of this rank's {fmt_ns(step)} step). This trace is one rank "
                 f"of {world}: whether the fetch lengthens the run's step depends on the other ranks; analyse all "
                 "ranks' traces together (rank-straggler) for the saving.",
                 recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
@@ -152,7 +152,7 @@ class CpuDataLoading(Rule[Options]):
             return
         yield self.finding(
             trace,
-            message=message + f"; taken off the training thread, {fmt_ms(saving)} of the {fmt_ms(step)} step "
+            message=message + f"; taken off the training thread, {fmt_ns(saving)} of the {fmt_ns(step)} step "
             f"({share:.0f}%; step {basis}) goes. On a GPU this time would leave the GPU idle.",
             recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
             per_step=("data-workers", saving, step),
