@@ -350,3 +350,39 @@ def test_too_many_distinct_names_are_cut_to_the_budget_and_said(tmp_path: Path, 
     dropped = render(report, "html").decode()
     assert "timeline left out: its data would take" in dropped
     assert _blob(dropped.encode())["traces"] == []
+
+
+def test_ranks_on_several_hosts_are_drawn_on_one_clock() -> None:
+    """With clock offsets between hosts (``report.ranks.offsets_us``, collective-end alignment),
+    each rank's lanes, window and finding windows move by minus its host's offset, so the ranks'
+    collectives line up on the page; a refused alignment moves nothing."""
+    from dataclasses import replace
+
+    report = analyze_scaled(sorted(MULTIRANK.glob("rank*.json.gz")), jobs=1, cache=False, timeline=True)
+    assert report.ranks is not None
+    base = _blob(render(report, "html"))
+    hosts = {row.rank: f"host{row.rank % 2}" for row in report.ranks.rows}
+    offset_us = 5000.25  # host1's clock runs 5 ms ahead of host0's
+    ranks = replace(
+        report.ranks,
+        alignment="collective-end (residual 1.0 µs)",
+        offsets_us={"host0": 0.0, "host1": offset_us},
+        rows=tuple(replace(row, host=hosts[row.rank]) for row in report.ranks.rows),
+    )
+    moved = _blob(render(replace(report, ranks=ranks), "html"))
+    for before, after in zip(base["traces"], moved["traces"], strict=True):
+        shift = -offset_us if hosts[before["rank"]] == "host1" else 0.0
+        assert after["start_us"] == pytest.approx(before["start_us"] + shift, abs=1e-3)
+        for lb, la in zip(before["lanes"], after["lanes"], strict=True):
+            assert la["t0"] - lb["t0"] == round(shift * 1000)
+            assert la["ds"] == lb["ds"]
+    rank_of = {t.path: t.rank for t in report.traces}
+    for n, f in enumerate(report.findings, 1):
+        if str(n) not in base["findingWindows"]:
+            continue
+        (rank,) = {rank_of.get(f.trace, report.traces[0].rank)}
+        shift = -offset_us if hosts[rank] == "host1" else 0.0
+        got, was = moved["findingWindows"][str(n)], base["findingWindows"][str(n)]
+        assert got["start_us"] == pytest.approx(was["start_us"] + shift, abs=1e-3)
+    refused = replace(ranks, alignment="collective-end (residual 900 µs) [refused: residual too large]")
+    assert _blob(render(replace(report, ranks=refused), "html"))["traces"] == base["traces"]

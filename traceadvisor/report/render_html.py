@@ -162,11 +162,34 @@ def open_command(report: Report, n: int, finding: Finding) -> str:
 
 
 def finding_windows(report: Report) -> dict[int, tuple[float, float]]:
+    """Each finding's window (µs, its trace's own clock, as ``traceadvisor open`` shows it)."""
     out: dict[int, tuple[float, float]] = {}
     for n, f in enumerate(report.findings, 1):
         w = finding_window_us(f, trace_of(report, f))
         if w is not None:
             out[n] = w
+    return out
+
+
+def _path_of(report: Report, n: int) -> str:
+    t = trace_of(report, report.findings[n - 1])
+    return t.path if t is not None else ""
+
+
+def clock_shifts_ns(report: Report) -> dict[str, int]:
+    """Per trace path, the ns its timeline moves by so that ranks on several hosts are drawn on
+    one clock: minus its host's offset from the collective-end alignment (``report.ranks``,
+    ``ranks/align.py``: a time on host h is corrected by subtracting ``offset_h``). Nothing when
+    the alignment was refused or there is one host (offsets 0)."""
+    r = report.ranks
+    if r is None or "refused" in r.alignment or not r.offsets_us:
+        return {}
+    host_of = {row.rank: row.host for row in r.rows}
+    out: dict[str, int] = {}
+    for t in report.traces:
+        offset = r.offsets_us.get(host_of.get(t.rank, ""), 0.0) if t.rank is not None else 0.0
+        if offset:
+            out[t.path] = -round(offset * 1000)
     return out
 
 
@@ -551,13 +574,15 @@ def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -
     """The page's embedded data (gzip + base64) and the characters each span name kept."""
     limit, keep = _name_limit(timelines)
     kept = 0
+    shifts = clock_shifts_ns(report)
     traces: list[dict[str, Any]] = []
     for t, tl in timelines:
+        shift_ns = shifts.get(t.path, 0)
         # several traces that are not ranks of one run: each lane says its file
         prefix = f"{PurePath(t.path).name} · " if len(timelines) > 1 and t.rank is None else ""
         lanes = []
         for lane in tl.lanes:
-            t0, ds = _deltas_ns(tl.origin_ns, lane.start_us)
+            t0, ds = _deltas_ns(tl.origin_ns + shift_ns, lane.start_us)
             lanes.append(
                 {
                     "label": escape_controls(shorten(prefix + lane.label, NAME_LIMIT)),
@@ -574,8 +599,8 @@ def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -
             {
                 "path": t.path,
                 "rank": t.rank,
-                "start_us": tl.start_us,
-                "end_us": tl.end_us,
+                "start_us": tl.start_us + shift_ns / 1000,
+                "end_us": tl.end_us + shift_ns / 1000,
                 "names": [
                     escape_controls(shorten(n, limit)) if kept + i < keep else "" for i, n in enumerate(tl.names)
                 ],
@@ -589,7 +614,11 @@ def _data_blob(report: Report, timelines: list[tuple[TraceSummary, Timeline]]) -
         "kinds": list(TIMELINE_KINDS),
         "kindNames": [KIND_NAMES.get(k, k.replace("_", " ")) for k in TIMELINE_KINDS],
         "traces": traces,
-        "findingWindows": {str(n): {"start_us": a, "end_us": b} for n, (a, b) in finding_windows(report).items()},
+        "findingWindows": {
+            str(n): {"start_us": a + d, "end_us": b + d}
+            for n, (a, b) in finding_windows(report).items()
+            for d in [shifts.get(_path_of(report, n), 0) / 1000]
+        },
     }
     raw = json.dumps(data, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
     return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii"), limit
