@@ -32,6 +32,14 @@ from traceadvisor.whatif.profiler_cost import KINDS, ProfilerCost, event_counts,
 from traceadvisor.whatif.replay import replay  # noqa: E402
 from traceadvisor.whatif.scenarios import step_time_ns  # noqa: E402
 
+# Fit pairs the profiler cost is not fitted on. mlp_compile (the compile scenario's fit pair, added
+# in the session that built it) records torch.compile'd code with stacks: refitted with it, the
+# Python frame cost doubled (3.8 µs against 1.7) because Inductor's launcher runs its slow, traced
+# path under the profiler (profiler_cost.INDUCTOR_LAUNCH_PREFIX), and pair_cuda_graph (H200, eager)
+# fell from within 30% to -44% (tests/test_rules_real.py). Its frames are a kind of their own, not
+# modelled yet; until they are, the costs stay fitted on the seven eager-dominated pairs.
+HELD_OUT = frozenset({"mlp_compile"})
+
 
 def traces_of(
     pairs: dict[str, Any], split: str | None, reference: str = "adjacent"
@@ -43,7 +51,7 @@ def traces_of(
     apart: fixtures/pairs12_runs/), ``pair`` with the pair's interleaved median."""
     out = []
     for name, p in pairs["pairs"].items():
-        if p.get("status") != "ok" or (split and p.get("split") != split):
+        if p.get("status") != "ok" or (split and p.get("split") != split) or name in HELD_OUT:
             continue
         for key, rec in p["traces"].items():
             side = key.split("_")[0]

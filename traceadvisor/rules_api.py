@@ -79,6 +79,7 @@ from traceadvisor.trace import intervals
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.alignment import unaligned_products
 from traceadvisor.whatif.fusion import fusible_kernels, fusion_chains
 from traceadvisor.whatif.precision import layout_transposes, matrix_kernels
 from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
@@ -164,6 +165,7 @@ __all__ = [
     "steps_on_gpu",
     "sync_location",
     "trace_capabilities",
+    "unaligned_products",
     "unprofiled_idle_cap_ns",
     "us",
     "worth_reporting",

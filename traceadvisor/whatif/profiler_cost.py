@@ -169,6 +169,14 @@ def measured_unprofiled_ns(trace: Trace) -> float | None:
     return statistics.median(values) * 1e3 if values else None
 
 
+# Within this share of the measured step the bundled costs are kept: a smaller difference is the
+# measurement's own noise (the interleaved rounds of the GPU pairs spread 5-60% on the capture host),
+# and on a GPU-bound step the only way to fit it is to make the host the bottleneck: p12_gpt_pad_vocab
+# (GPU-bound, replayed 2.6% under its measured step) was calibrated into a host-bound step whose
+# padded GEMMs then saved 5.7% instead of the measured 34%.
+CALIBRATION_TOLERANCE = 0.05
+
+
 @memoised
 def calibration(trace: Trace) -> float:
     """The factor on the bundled costs that makes the unprofiled replay match the step time measured
@@ -187,6 +195,8 @@ def calibration(trace: Trace) -> float:
         cost = ProfilerCost({k: v * factor for k, v in base.ns.items()}, base.fitted)
         return step_time_ns(replay(trace, unprofiled_overrides(trace, cost)))
 
+    if abs(step(1.0) - target) <= CALIBRATION_TOLERANCE * target:
+        return 1.0
     lo, hi = 0.0, 4.0
     if step(lo) <= target:
         return lo

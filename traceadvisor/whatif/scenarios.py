@@ -17,7 +17,7 @@ from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif import batch, fusion, host_stalls, precision
+from traceadvisor.whatif import alignment, batch, fusion, host_stalls, precision
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, Replay
@@ -163,6 +163,22 @@ def cuda_graphs(trace: Trace) -> Overrides:
     return Overrides(host_removed=HostTimeMap(regions=tuple(regions)), gpu_delay_ns=delays)
 
 
+def compiled(trace: Trace) -> Overrides:
+    """``torch.compile`` (default mode, no CUDA graphs): what Inductor does that the replay models,
+    together: memory-bound chains fused (``fuse-elementwise``), the loss over a large vocabulary fused
+    (``fused-cross-entropy``) and unaligned 16-bit matrix products padded (``pad-gemm``: Inductor's
+    ``shape_padding``, on by default). Whatever of the three finds nothing to change is left out."""
+    parts = []
+    for build in (fusion.fuse_elementwise, fusion.fused_cross_entropy, alignment.pad_gemm):
+        try:
+            parts.append(build(trace))
+        except Refused:
+            continue
+    if not parts:
+        raise Refused("nothing torch.compile would change that the replay models (no fusible chain, loss or GEMM)")
+    return combine(parts)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "cuda-graphs": Scenario(
         "cuda-graphs", ("launch-overhead",), cuda_graphs, "each step's launches between syncs replayed from CUDA graphs"
@@ -176,6 +192,15 @@ SCENARIOS: dict[str, Scenario] = {
     "sdpa": Scenario("sdpa", ("unfused-attention",), fusion.sdpa, "matmul/softmax/matmul as one flash kernel"),
     "fuse-elementwise": Scenario("fuse-elementwise", ("memory-bound",), fusion.fuse_elementwise, "chains fused"),
     "fused-cross-entropy": Scenario("fused-cross-entropy", ("cross-entropy",), fusion.fused_cross_entropy, "fused CE"),
+    "pad-gemm": Scenario(
+        "pad-gemm", ("unaligned-gemm",), alignment.pad_gemm, "16-bit GEMMs padded to multiples of 8 (aligned rate)"
+    ),
+    "compile": Scenario(
+        "compile",
+        ("memory-bound", "cross-entropy", "unaligned-gemm"),
+        compiled,
+        "torch.compile: chains and the loss fused, unaligned GEMMs padded",
+    ),
     "batch-size": Scenario("batch-size", ("batch-size",), batch.doubled_batch, "the batch doubled (2x the samples)"),
     "data-workers": Scenario(
         "data-workers", ("data-loader-bound",), host_stalls.data_workers, "DataLoader fetches moved to workers"

@@ -1,0 +1,124 @@
+"""The pad-gemm and compile what-if scenarios (traceadvisor/whatif/alignment.py, scenarios.compiled)
+and the unaligned-gemm rule, on the real H100 pairs of fixtures/pairs12.json.
+
+gpt_pad_vocab and storm_compile are validation pairs: nothing in either scenario was fitted on them
+(pad-gemm has no fitted constant; compile combines three scenarios whose constants come from other
+pairs)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from traceadvisor import Finding, load_file
+from traceadvisor.testing import find_rule, run_case
+from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.alignment import gemm_dims, unaligned_products
+from traceadvisor.whatif.savings import scenario_saving
+from traceadvisor.whatif.scenarios import SCENARIOS
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+PAIRS = json.loads((FIXTURES / "pairs12.json").read_text())["pairs"]
+
+
+@cache
+def _trace(name: str) -> Trace:
+    return load_file(FIXTURES / "traces" / f"p12_{name}.json.gz")
+
+
+@cache
+def _findings(rule: str, name: str) -> tuple[Finding, ...]:
+    result = run_case(find_rule(rule), {"trace": str(FIXTURES / "traces" / f"p12_{name}.json.gz")})
+    assert not result.errors, result.errors
+    return tuple(result.findings)
+
+
+@pytest.mark.parametrize(
+    ("name", "dims", "mnk"),
+    [
+        ("aten::mm", [[4096, 384], [384, 50257]], (4096, 50257, 384)),
+        ("aten::addmm", [[1152], [4096, 384], [384, 1152], [], []], (4096, 1152, 384)),
+        ("aten::bmm", [[12, 256, 64], [12, 64, 256]], (256, 256, 64)),
+        ("aten::linear", [[8, 256, 384], [50257, 384], [50257]], (2048, 50257, 384)),
+        ("aten::matmul", [[8, 256, 384], [384, 50257]], (2048, 50257, 384)),
+        ("aten::add", [[8, 4], [8, 4]], None),
+        ("aten::mm", [[4096]], None),
+    ],
+)
+def test_gemm_dims_from_recorded_shapes(name: str, dims: list[list[int]], mnk: tuple[int, int, int] | None) -> None:
+    assert gemm_dims(name, json.dumps(dims).encode()) == mnk
+
+
+def test_unaligned_products_are_the_lm_head_gemms() -> None:
+    # nanoGPT's 50257-word vocabulary: the LM head's forward GEMM and its two backward GEMMs, per step
+    bad = unaligned_products(_trace("gpt_pad_vocab_before_stack"))
+    steps = len(_trace("gpt_pad_vocab_before_stack").steps.table)
+    assert len(bad) == 3 * steps
+    assert all(50257 in (m, n, k) for m, n, k in zip(bad["m"], bad["n"], bad["kdim"], strict=True))
+    # they run far below the aligned GEMMs' rate, which is what the scenario re-times them at
+    achieved = bad["flops"] / bad["dur_ns"] * 1e9
+    assert (achieved < 0.5 * bad["rate"]).all()
+    assert (bad["padded_ns"] < bad["dur_ns"]).all()
+
+
+def test_padded_vocabulary_has_no_unaligned_product() -> None:
+    assert len(unaligned_products(_trace("gpt_pad_vocab_after_stack"))) == 0
+    assert scenario_saving(_trace("gpt_pad_vocab_after_stack"), "pad-gemm").refused is not None
+
+
+def test_pad_gemm_saving_within_20_pct_of_measured() -> None:
+    rec = PAIRS["gpt_pad_vocab"]
+    assert rec["split"] == "validation" and rec["scenario"] == "pad-gemm"
+    measured = rec["measured_saving_pct"]
+    s = scenario_saving(_trace("gpt_pad_vocab_before_stack"), "pad-gemm")
+    assert s.refused is None
+    assert abs(s.share_pct - measured) <= 0.2 * measured, (s.share_pct, measured)
+
+
+def test_unaligned_gemm_rule_reports_the_replayed_saving_and_is_silent_after() -> None:
+    (found,) = _findings("unaligned-gemm", "gpt_pad_vocab_before_stack")
+    s = scenario_saving(_trace("gpt_pad_vocab_before_stack"), "pad-gemm")
+    assert found.code == "OP103" and found.severity.value == "high"
+    assert found.impact is not None and found.impact.scenario == "pad-gemm"
+    assert found.impact.saving_per_step_us == pytest.approx(s.saving_ns / 1e3)
+    assert "50257" in found.message and "50304" in found.recommendation
+    assert found.data["odd_dims"] == [50257]
+    assert found.location is not None
+    assert _findings("unaligned-gemm", "gpt_pad_vocab_after_stack") == ()
+
+
+def test_compile_combines_what_inductor_changes() -> None:
+    assert set(SCENARIOS["compile"].answers) == {"memory-bound", "cross-entropy", "unaligned-gemm"}
+    t = _trace("gpt_compile_before_stack")
+    parts = [scenario_saving(t, n) for n in ("fuse-elementwise", "fused-cross-entropy", "pad-gemm")]
+    both = scenario_saving(t, "compile")
+    assert all(p.refused is None for p in parts) and both.refused is None
+    # together they save more than any one alone, and never more than the step
+    assert both.saving_ns > max(p.saving_ns for p in parts)
+    assert both.saving_ns < both.before_ns
+
+
+@pytest.mark.parametrize("pair", ["storm_compile", "gpt_compile"])
+def test_compile_saving_on_the_validation_pairs(pair: str) -> None:
+    """storm_compile within 20% of measured. gpt_compile is host-bound on the capture host and its
+    measured saving drifted between runs (30.3% in this fixture's run, 22.0% and 17.8% in
+    fixtures/pairs12_runs/run_3 and run_4); the prediction must lie within that range widened by 20%."""
+    rec = PAIRS[pair]
+    assert rec["split"] == "validation" and rec["scenario"] == "compile"
+    s = scenario_saving(_trace(f"{pair}_before_stack"), "compile")
+    assert s.refused is None
+    measured = [rec["measured_saving_pct"]]
+    if pair == "gpt_compile":
+        for run in ("run_3", "run_4"):
+            other = json.loads((FIXTURES / "pairs12_runs" / run / "pairs12.json").read_text())["pairs"][pair]
+            measured.append(other["measured_saving_pct"])
+    assert 0.8 * min(measured) <= s.share_pct <= 1.2 * max(measured), (s.share_pct, measured)
+
+
+def test_compile_refused_where_nothing_is_modelled() -> None:
+    # the compiled storm: no fusible chain left, no loss, no unaligned GEMM
+    s = scenario_saving(_trace("storm_compile_after_stack"), "compile")
+    assert s.refused is not None
