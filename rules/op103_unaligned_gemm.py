@@ -29,6 +29,23 @@ RECOMMENDATION = (
     "matrix-product shapes itself: torch._inductor.config.shape_padding)."
 )
 
+# Where torch.compile already runs, it is not advice: Inductor left this product unpadded (its
+# shape padding benchmarks the padded GEMM and keeps the faster one).
+RECOMMENDATION_COMPILED = (
+    "Pad the odd dimension to a multiple of 64 in the model itself (e.g. a vocabulary of 50257 to 50304, as nanoGPT "
+    "does: the extra logits are never targets, and can be sliced off or masked); torch.compile already runs here and "
+    "left this product unpadded."
+)
+# The host records one call of a torch.compile'd function makes (Dynamo's region, the FX graph's call).
+COMPILED_MARKS = ("Torch-Compiled Region", "## Call CompiledFxGraph")
+
+
+def recommendation(trace: Trace) -> str:
+    """The fix, without suggesting torch.compile where the trace shows it in use."""
+    names = trace.annotations["name"].astype(str) if len(trace.annotations) else None
+    compiled = names is not None and bool(names.str.startswith(COMPILED_MARKS).any())
+    return RECOMMENDATION_COMPILED if compiled else RECOMMENDATION
+
 
 @dataclass(frozen=True)
 class Options:
@@ -110,7 +127,7 @@ class UnalignedGemm(Rule[Options]):
                 f"({', '.join(str(d) for d in odd[:3])}; M×N×K {shown}) ran {fmt_ns(gemm_ns)} ({share:.0f}% of kernel "
                 f"time) at {achieved:.0f} TFLOP/s, where the trace's aligned GEMMs reach {rate:.0f} TFLOP/s."
             ),
-            recommendation=RECOMMENDATION,
+            recommendation=recommendation(trace),
             per_step=per_step(saving),
             basis=replay_basis(saving, f"the unaligned GEMMs at the aligned GEMMs' {rate:.0f} TFLOP/s"),
             evidence=evidence_from(bad),

@@ -122,3 +122,16 @@ def test_compile_refused_where_nothing_is_modelled() -> None:
     # the compiled storm: no fusible chain left, no loss, no unaligned GEMM
     s = scenario_saving(_trace("storm_compile_after_stack"), "compile")
     assert s.refused is not None
+
+
+def test_no_compile_advice_where_compile_runs() -> None:
+    # p12_gpt_compile_after: Inductor padded two of the LM head's GEMMs but left the weight gradient's
+    # (50257 x 384 x 4096) unpadded; the fix text must not suggest the torch.compile that already runs
+    rule = find_rule("unaligned-gemm")
+    # rule files load by path and leave sys.modules again: reach the function through the rule's globals
+    cls = rule if isinstance(rule, type) else type(rule)
+    recommendation = cls.check.__globals__["recommendation"]
+    compiled = _trace("gpt_compile_after_stack")
+    assert len(unaligned_products(compiled)) == len(compiled.steps.table)
+    assert "torch.compile already runs" in recommendation(compiled)
+    assert "torch.compile the model" in recommendation(_trace("gpt_pad_vocab_before_stack"))
