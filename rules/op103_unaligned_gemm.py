@@ -18,6 +18,7 @@ from traceadvisor.rules_api import (
     per_step,
     plural,
     replay_basis,
+    runs_compiled,
     scenario_saving,
     unaligned_products,
     us,
@@ -36,15 +37,11 @@ RECOMMENDATION_COMPILED = (
     "does: the extra logits are never targets, and can be sliced off or masked); torch.compile already runs here and "
     "left this product unpadded."
 )
-# The host records one call of a torch.compile'd function makes (Dynamo's region, the FX graph's call).
-COMPILED_MARKS = ("Torch-Compiled Region", "## Call CompiledFxGraph")
 
 
 def recommendation(trace: Trace) -> str:
     """The fix, without suggesting torch.compile where the trace shows it in use."""
-    names = trace.annotations["name"].astype(str) if len(trace.annotations) else None
-    compiled = names is not None and bool(names.str.startswith(COMPILED_MARKS).any())
-    return RECOMMENDATION_COMPILED if compiled else RECOMMENDATION
+    return RECOMMENDATION_COMPILED if runs_compiled(trace) else RECOMMENDATION
 
 
 @dataclass(frozen=True)

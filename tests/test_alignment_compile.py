@@ -11,14 +11,17 @@ import json
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from traceadvisor import Finding, load_file
 from traceadvisor.testing import find_rule, run_case
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.alignment import gemm_dims, unaligned_products
+from traceadvisor.whatif.fusion import inside_annotation
+from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, thread_key
 from traceadvisor.whatif.savings import scenario_saving
-from traceadvisor.whatif.scenarios import SCENARIOS
+from traceadvisor.whatif.scenarios import COMPILED_HOST_PER_LAUNCH, SCENARIOS, launch_segments
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 PAIRS = json.loads((FIXTURES / "pairs12.json").read_text())["pairs"]
@@ -105,7 +108,9 @@ def test_compile_combines_what_inductor_changes() -> None:
 def test_compile_saving_on_the_validation_pairs(pair: str) -> None:
     """storm_compile within 20% of measured. gpt_compile is host-bound on the capture host and its
     measured saving drifted between runs (30.3% in this fixture's run, 22.0% and 17.8% in
-    fixtures/pairs12_runs/run_3 and run_4); the prediction must lie within that range widened by 20%."""
+    fixtures/pairs12_runs/run_3 and run_4); the prediction from this fixture's trace must lie within
+    that range widened by 20%. (From run_3's and run_4's own traces it is 7.8% and 10.3%: a miss
+    docs/whatif.md reports.)"""
     rec = PAIRS[pair]
     assert rec["split"] == "validation" and rec["scenario"] == "compile"
     s = scenario_saving(_trace(f"{pair}_before_stack"), "compile")
@@ -135,3 +140,39 @@ def test_no_compile_advice_where_compile_runs() -> None:
     assert len(unaligned_products(compiled)) == len(compiled.steps.table)
     assert "torch.compile already runs" in recommendation(compiled)
     assert "torch.compile the model" in recommendation(_trace("gpt_pad_vocab_before_stack"))
+
+
+def test_a_share_region_keeps_its_share_of_the_time_left_after_point_costs() -> None:
+    # a 1000 ns region on one thread with a 200 ns point cost inside: 800 ns are left, a 0.25
+    # share keeps 200 of them, so a time after the region moves 200 + 600 ns earlier
+    th = int(thread_key(np.array([1]), np.array([1]))[0])
+    costs = point_costs(np.array([th]), np.array([1500], dtype=np.int64), np.array([200.0]))
+    both = costs.plus(HostTimeMap(regions=(Region(th, 1000, 2000, 0, keep_share=0.25),)))
+    assert both.removed(th, np.array([2500], dtype=np.int64)).tolist() == [800]
+    # inside the region (1000-1800 once the cost is out: 600 ns go), a time 500 ns in moves to its start
+    assert both.removed(th, np.array([1000, 1500], dtype=np.int64)).tolist() == [0, 500]
+    whole = HostTimeMap(regions=(Region(th, 1000, 2000, 0, keep_share=1.0),))
+    assert not whole  # keeping all of it removes nothing
+
+
+def test_compile_keeps_the_host_share_of_the_launches_left() -> None:
+    # the storm: 300 launches a step (Linear, LayerNorm, ReLU), one segment each step; Inductor fuses
+    # each LayerNorm with its ReLU, so 200 launches are left: the segment keeps 0.98 * 200/300 of its host
+    t = _trace("storm_compile_before_stack")
+    ov = SCENARIOS["compile"].build(t)
+    regions = ov.host_removed.regions
+    assert len(regions) == len(t.steps.table)
+    assert all(r.keep_share == pytest.approx(COMPILED_HOST_PER_LAUNCH * 200 / 300) for r in regions)
+    assert sum(1 for d in ov.gpu_dur_ns.values() if d == 0) == 100 * len(t.steps.table)
+
+
+def test_compile_leaves_the_optimizer_out() -> None:
+    # mlp_compile: the fused AdamW step's launches (inside Optimizer.step#) are not in the graph
+    t = _trace("mlp_compile_before_stack")
+    segments = launch_segments(t)
+    ops = t.gpu["op"].to_numpy()
+    has = np.flatnonzero(ops >= 0)
+    optimizer = has[inside_annotation(t, ops[has], "Optimizer.")]
+    assert len(optimizer) > 0
+    compiled = launch_segments(t, exclude=optimizer)
+    assert sum(len(s.rows) for s in compiled) == sum(len(s.rows) for s in segments) - len(optimizer)

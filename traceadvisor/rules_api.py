@@ -85,6 +85,7 @@ from traceadvisor.whatif.precision import layout_transposes, matrix_kernels
 from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
+from traceadvisor.whatif.scenarios import runs_compiled
 
 __all__ = [
     "BLOCKING_CALLS",
@@ -155,6 +156,7 @@ __all__ = [
     "recoverable_per_gap",
     "replay_basis",
     "roofline_of",
+    "runs_compiled",
     "saving_of",
     "scenario_saving",
     "share_of_steps",

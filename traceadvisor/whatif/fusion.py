@@ -377,7 +377,7 @@ def sdpa(trace: Trace) -> Overrides:
 
 
 # -- fuse-elementwise ------------------------------------------------------------------------------
-def _inside(trace: Trace, op_rows: I64, prefix: str) -> BOOL:
+def inside_annotation(trace: Trace, op_rows: I64, prefix: str) -> BOOL:
     """Whether each host op lies inside an annotation whose name starts with ``prefix`` (same thread)."""
     out = np.zeros(len(op_rows), dtype=bool)
     ann = trace.annotations
@@ -408,7 +408,7 @@ def fusible_kernels(trace: Trace, k: pd.DataFrame) -> BOOL:
     """
     small = (k["bound"] == "latency") & (k["roof_time_ns"] < LATENCY_FLOOR_NS)
     ok = k["fusible"].to_numpy(dtype=bool) & ((k["bound"] == "memory") | small).to_numpy()
-    ok &= ~_inside(trace, k["op"].to_numpy(), "Optimizer.")
+    ok &= ~inside_annotation(trace, k["op"].to_numpy(), "Optimizer.")
     scores = score_numels(trace)
     if scores:
         cols = ["out_numel", *[f"in_numel_{i}" for i in range(MAX_INPUT_LINKS)]]

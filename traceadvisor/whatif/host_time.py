@@ -4,7 +4,8 @@ Two kinds of removal, both monotone in ``t`` (so the replayed host timeline keep
 
 * point costs: an event at ``ts`` costs ``c`` ns (the profiler's own work to record it); every host
   time after ``ts`` moves ``c`` earlier;
-* collapsed regions: the host time of ``[start, end)`` shrinks to ``keep`` ns (a region replayed
+* collapsed regions: the host time of ``[start, end)`` shrinks to ``keep`` ns, or to a share of
+  itself (a region replayed
   from a CUDA graph: the host no longer runs the region's ops, it launches the graph); a time inside
   the region moves to the region's start, a time after it moves ``end - start - keep`` earlier.
   Point costs apply first: a region shrinks what is left of it once they are taken out, so the two
@@ -43,9 +44,14 @@ class Region:
     start_ns: int
     end_ns: int
     keep_ns: int
+    # instead of ``keep_ns``: the share of the region's host time to keep, once point costs are out
+    # (a compiled graph keeps a share of what the eager ops took, whatever the profiler cost them)
+    keep_share: float | None = None
 
     @property
     def removed_ns(self) -> int:
+        if self.keep_share is not None:
+            return int(max(0.0, (self.end_ns - self.start_ns) * (1.0 - self.keep_share)))
         return max(0, self.end_ns - self.start_ns - self.keep_ns)
 
 
@@ -98,7 +104,9 @@ class HostTimeMap:
         if mine:
             ends = np.array([(r.start_ns, r.end_ns) for r in mine], dtype=np.int64).reshape(-1)
             c = (ends - self._points(proc, ends)).reshape(-1, 2)
+            share = np.array([np.nan if r.keep_share is None else r.keep_share for r in mine], dtype=np.float64)
             keep = np.array([r.keep_ns for r in mine], dtype=np.int64)
+            keep = np.where(np.isnan(share), keep, np.rint(np.nan_to_num(share) * (c[:, 1] - c[:, 0]))).astype(np.int64)
             gone = np.maximum(0, c[:, 1] - c[:, 0] - keep)
             order = np.argsort(c[:, 0], kind="stable")
             c0, gone = c[order, 0], gone[order]

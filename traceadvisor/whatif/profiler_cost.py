@@ -33,7 +33,7 @@ from traceadvisor.analyses.idle import GRAPH_LAUNCHES
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.host_time import HostTimeMap, point_costs, thread_key
 from traceadvisor.whatif.replay import Overrides, Replay, replay
-from traceadvisor.whatif.scenarios import GRAPH_LAUNCH_NS
+from traceadvisor.whatif.scenarios import COMPILED_REGION_PREFIXES, GRAPH_LAUNCH_NS
 
 KINDS = (
     "op_shapes",
@@ -67,8 +67,6 @@ KIND_HELP = {
 # CachingAutotuner.run): fixtures/profiler_cost_bench.py measures 10-23 µs per launch without shapes
 # and 33-38 µs with them, against ~3 µs for an eager op.
 INDUCTOR_LAUNCH_PREFIX = "triton_"
-# The host records one call of a compiled function makes around its graph, whatever their category.
-COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "## Call CompiledFxGraph")
 
 
 @dataclass(frozen=True)
