@@ -8,14 +8,13 @@ pairs)."""
 from __future__ import annotations
 
 import json
-from functools import cache
-from pathlib import Path
 
+import gpu_pairs
 import numpy as np
 import pytest
 
-from traceadvisor import Finding, load_file
-from traceadvisor.testing import find_rule, run_case
+from traceadvisor import Finding
+from traceadvisor.testing import find_rule
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.alignment import gemm_dims, unaligned_products
 from traceadvisor.whatif.fusion import inside_annotation
@@ -23,20 +22,15 @@ from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, thre
 from traceadvisor.whatif.savings import scenario_saving
 from traceadvisor.whatif.scenarios import COMPILED_HOST_PER_LAUNCH, SCENARIOS, launch_segments
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-PAIRS = json.loads((FIXTURES / "pairs12.json").read_text())["pairs"]
+FIXTURES, PAIRS = gpu_pairs.FIXTURES, gpu_pairs.PAIRS
 
 
-@cache
 def _trace(name: str) -> Trace:
-    return load_file(FIXTURES / "traces" / f"p12_{name}.json.gz")
+    return gpu_pairs.trace(f"p12_{name}")
 
 
-@cache
 def _findings(rule: str, name: str) -> tuple[Finding, ...]:
-    result = run_case(find_rule(rule), {"trace": str(FIXTURES / "traces" / f"p12_{name}.json.gz")})
-    assert not result.errors, result.errors
-    return tuple(result.findings)
+    return gpu_pairs.findings(rule, f"p12_{name}")
 
 
 @pytest.mark.parametrize(

@@ -5,34 +5,25 @@ on the after traces, and the cross-entropy fix claiming nothing where it measure
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from pathlib import Path
-
+import gpu_pairs
 import numpy as np
 import pytest
 
-from traceadvisor import Finding, load_file
+from traceadvisor import Finding
 from traceadvisor.roofline.view import of as roofline_of
-from traceadvisor.testing import find_rule, run_case
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif import fusion
 from traceadvisor.whatif.savings import Saving, scenario_saving
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-PAIRS = json.loads((FIXTURES / "pairs12.json").read_text())["pairs"]
+FIXTURES, PAIRS = gpu_pairs.FIXTURES, gpu_pairs.PAIRS
 
 
-@cache
 def _trace(name: str) -> Trace:
-    return load_file(FIXTURES / "traces" / f"p12_{name}.json.gz")
+    return gpu_pairs.trace(f"p12_{name}")
 
 
-@cache
 def _findings(rule: str, name: str) -> tuple[Finding, ...]:
-    result = run_case(find_rule(rule), {"trace": str(FIXTURES / "traces" / f"p12_{name}.json.gz")})
-    assert not result.errors, result.errors
-    return tuple(result.findings)
+    return gpu_pairs.findings(rule, f"p12_{name}")
 
 
 def _saving(name: str, scenario: str) -> Saving:

@@ -7,39 +7,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+import gpu_pairs
 import numpy as np
 import pytest
 
-from traceadvisor import Finding
 from traceadvisor.roofline.view import of as roofline_of
-from traceadvisor.testing import find_rule, run_case
-from traceadvisor.trace.load import load_file
-from traceadvisor.trace.model import Trace
 from traceadvisor.whatif import precision
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import saving_of, scenario_saving
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-TRACES = FIXTURES / "traces"
-PAIRS = json.loads((FIXTURES / "pairs12.json").read_text())["pairs"]
+FIXTURES, TRACES, PAIRS = gpu_pairs.FIXTURES, gpu_pairs.TRACES, gpu_pairs.PAIRS
 RUNS = [json.loads(p.read_text())["pairs"] for p in sorted((FIXTURES / "pairs12_runs").glob("*.json"))]
 GPT = ["p12_gpt_compile_before_stack", "p12_gpt_batch_before_stack", "p12_gpt_loss_before_stack"]
 
 
-@cache
-def _trace(name: str) -> Trace:
-    return load_file(TRACES / f"{name}.json.gz")
-
-
-@cache
-def _findings(rule: str, trace: str) -> tuple[Finding, ...]:
-    result = run_case(find_rule(rule), {"trace": str(TRACES / f"{trace}.json.gz")})
-    assert not result.errors, result.errors
-    return tuple(result.findings)
+_trace = gpu_pairs.trace
+_findings = gpu_pairs.findings
 
 
 def _measured_pct(pair: str) -> float:
