@@ -8,6 +8,8 @@ pairs)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import gpu_pairs
 import numpy as np
@@ -170,3 +172,21 @@ def test_compile_leaves_the_optimizer_out() -> None:
     assert len(optimizer) > 0
     compiled = launch_segments(t, exclude=optimizer)
     assert sum(len(s.rows) for s in compiled) == sum(len(s.rows) for s in segments) - len(optimizer)
+
+
+def test_whatif_compile_lists_every_finding_it_answers() -> None:
+    path = gpu_pairs.TRACES / "p12_gpt_compile_before_stack.json.gz"
+    p = subprocess.run(
+        [sys.executable, "-m", "traceadvisor", "whatif", str(path), "--apply", "compile,pad-gemm", "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    by = {s["name"]: s for s in json.loads(p.stdout)["scenarios"]}
+    # compile answers the findings whose savings came from its parts, by their rules
+    assert set(by["compile"]["findings"]) == {"OP301 cross-entropy", "OP103 unaligned-gemm", "RF101 memory-bound"}
+    assert by["pad-gemm"]["findings"] == ["OP103 unaligned-gemm"]
+    # the combination names each rule it answers once
+    assert by["combined"]["answers"] == ["memory-bound", "cross-entropy", "unaligned-gemm"]
+    assert by["combined"]["after_step_us"] == pytest.approx(by["compile"]["after_step_us"], abs=1e-6)

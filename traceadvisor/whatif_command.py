@@ -13,6 +13,7 @@ import typer
 
 from traceadvisor.console import fail
 from traceadvisor.errors import TraceError
+from traceadvisor.report.format import fmt_time
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.savings import Outcome
@@ -35,22 +36,22 @@ def _us(ns: float) -> float | None:
     return None if math.isnan(ns) else ns / 1e3
 
 
-def _findings_by_scenario(trace: Trace) -> dict[str, list[str]]:
-    """The findings the built-in rules report on the trace, by the scenario that answers them."""
+def _findings(trace: Trace) -> list[tuple[str, str, str | None]]:
+    """The findings the built-in rules report on the trace: (code and rule, rule, the scenario its
+    saving came from)."""
     from traceadvisor.pipeline import analyze_traces
 
-    out: dict[str, list[str]] = {}
-    for f in analyze_traces([trace]).findings:
-        # by the scenario its saving came from, or (a finding with no saving: batch-size gives a
-        # gain per sample, not a saving on the same work) by the rule a scenario answers
-        names = (
-            [f.impact.scenario]
-            if f.impact is not None and f.impact.scenario
-            else [n for n, sc in SCENARIOS.items() if f.rule in sc.answers]
-        )
-        for name in names:
-            out.setdefault(name, []).append(f"{f.code} {f.rule}")
-    return out
+    return [
+        (f"{f.code} {f.rule}", f.rule, f.impact.scenario if f.impact is not None else None)
+        for f in analyze_traces([trace]).findings
+    ]
+
+
+def answered(o: Outcome, findings: list[tuple[str, str, str | None]]) -> list[str]:
+    """The findings a scenario answers: those whose saving it gave, and those of the rules it answers
+    (``compile`` and the combination answer the findings of several scenarios; batch-size's finding
+    gives a gain per sample, not a saving)."""
+    return [label for label, rule, scenario in findings if scenario == o.saving.scenario or rule in o.answers]
 
 
 # Scenarios whose replayed step holds more samples than the original: their figure is per sample.
@@ -67,7 +68,7 @@ def per_sample_pct(o: Outcome) -> float | None:
 
 
 def to_dict(
-    trace: str, profiled_us: float | None, outcomes: list[Outcome], found: dict[str, list[str]]
+    trace: str, profiled_us: float | None, outcomes: list[Outcome], findings: list[tuple[str, str, str | None]]
 ) -> dict[str, Any]:
     """The JSON report: one entry per scenario, then ``combined`` where more than one applied."""
     return {
@@ -78,7 +79,7 @@ def to_dict(
             {
                 "name": o.saving.scenario,
                 "answers": list(o.answers),
-                "findings": found.get(o.saving.scenario, []),
+                "findings": answered(o, findings),
                 "refused": o.saving.refused,
                 "changed": o.saving.changed,
                 "before_step_us": _us(o.saving.before_ns),
@@ -96,7 +97,7 @@ def render_text(report: dict[str, Any]) -> str:
     """One line per scenario: before -> after, saving per step, the findings it answers."""
     lines = [f"what-if on {report['trace']}", NOTE]
     if report["profiled_step_us"] is not None:
-        lines.append(f"  profiled step: {report['profiled_step_us']:.3f} µs")
+        lines.append(f"  profiled step: {fmt_time(report['profiled_step_us'])}")
     for s in report["scenarios"]:
         if s["refused"]:
             lines.append(f"  {s['name']}: refused: {s['refused']}")
@@ -105,10 +106,10 @@ def render_text(report: dict[str, Any]) -> str:
         gain = (
             f"{s['per_sample_saving_pct']:.1f}% less time per sample"
             if s["per_sample_saving_pct"] is not None
-            else f"saves {s['saving_per_step_us']:.3f} µs ({s['saving_pct']:.1f}%)"
+            else f"saves {fmt_time(s['saving_per_step_us'])} ({s['saving_pct']:.1f}%)"
         )
         lines.append(
-            f"  {s['name']}: {s['before_step_us']:.3f} µs -> {s['after_step_us']:.3f} µs per step, "
+            f"  {s['name']}: {fmt_time(s['before_step_us'])} -> {fmt_time(s['after_step_us'])} per step, "
             f"{gain}; {s['changed']} changed; answers: {', '.join(s['answers']) or '-'} ({findings})"
         )
     return "\n".join(lines) + "\n"
@@ -132,7 +133,7 @@ def whatif(
         loaded = load_file(trace)
         outcomes = run_whatif(loaded, names)
         profiled = step_time_ns(measured_replay(loaded), measured=True)
-        found = _findings_by_scenario(loaded)
+        found = _findings(loaded)
     except (TraceError, Refused, OSError) as exc:
         raise fail(str(exc)) from None
     report = to_dict(str(trace), _us(profiled), outcomes, found)

@@ -94,6 +94,6 @@ def whatif(trace: Trace, names: list[str]) -> list[Outcome]:
     applied = [n for n, o in zip(names, out, strict=True) if o.saving.refused is None]
     if len(applied) > 1:
         ov = combine([SCENARIOS[n].build(trace) for n in applied])
-        answers = tuple(a for n in applied for a in SCENARIOS[n].answers)
+        answers = tuple(dict.fromkeys(a for n in applied for a in SCENARIOS[n].answers))
         out.append(Outcome(saving_of(trace, "combined", ov), answers))
     return out
