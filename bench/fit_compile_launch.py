@@ -1,9 +1,10 @@
 """Fit the compile scenario's host cost per launched kernel (a share of eager's) on its fit pair.
 
-    python bench/fit_compile_launch.py [--pairs fixtures/pairs12.json]
+    python bench/fit_compile_launch.py [--pairs fixtures/pairs12.json] [--keep-memsets]
 
 ``traceadvisor.whatif.scenarios.COMPILED_HOST_PER_LAUNCH`` is the one constant of the ``compile``
-scenario's host model. It is fitted on the fit pair ``mlp_compile`` only (both capture variants):
+scenario's host model. It is fitted on the fit pairs ``mlp_compile`` and ``tfm_compile`` only (both
+capture variants), with ``COMPILED_DROPS_MEMSETS`` on (``--keep-memsets``: off; the lower fit error decided it):
 the value whose predicted saving (the scenario replayed on the BEFORE trace) best matches the
 measured one, by a scan over 0.02-2.40 in steps of 0.02 minimising the summed squared relative error.
 The validation pairs (storm_compile, gpt_compile) are printed with the fitted value, never used.
@@ -23,7 +24,7 @@ from traceadvisor.trace.load import load_file  # noqa: E402
 from traceadvisor.whatif import scenarios  # noqa: E402
 from traceadvisor.whatif.savings import saving_of  # noqa: E402
 
-FIT = ("mlp_compile",)
+FIT = ("mlp_compile", "tfm_compile")
 VALIDATION = ("storm_compile", "gpt_compile")
 
 
@@ -36,7 +37,9 @@ def predicted_pct(trace_name: str, ratio: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12.json")
+    ap.add_argument("--keep-memsets", action="store_true", help="the alternative: fit with COMPILED_DROPS_MEMSETS off")
     args = ap.parse_args()
+    scenarios.COMPILED_DROPS_MEMSETS = not args.keep_memsets
     pairs = json.loads(args.pairs.read_text())["pairs"]
     fit = [
         (rec["file"], pairs[n]["measured_saving_pct"])
@@ -52,7 +55,8 @@ def main() -> int:
             best = (c, err)
     assert best is not None
     c = best[0]
-    print(f"COMPILED_HOST_PER_LAUNCH = {c:.2f}")
+    drops = not args.keep_memsets
+    print(f"COMPILED_HOST_PER_LAUNCH = {c:.2f} (memsets dropped: {drops}; summed squared error {best[1]:.4f})")
     for names, split in ((FIT, "fit"), (VALIDATION, "validation")):
         for n in names:
             for k, rec in pairs[n]["traces"].items():
