@@ -180,7 +180,7 @@ class UnfusedAttention(Rule[Options]):
         if share < opts.min_share_pct:
             return
         saving = scenario_saving(trace, "sdpa")
-        if saving.refused or saving.share_pct < opts.min_saving_pct:
+        if not saving.reaches(opts.min_saving_pct):
             return
         bh, lq, sk = max(scores, key=lambda t: t[0] * t[1] * t[2])
         yield self.finding(

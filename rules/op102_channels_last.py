@@ -87,7 +87,7 @@ class ChannelsLast(Rule[Options]):
         if share < opts.min_share_pct:
             return
         saving = scenario_saving(trace, "channels-last")
-        if saving.refused or saving.share_pct < opts.min_saving_pct:
+        if not saving.reaches(opts.min_saving_pct):
             return
         steps = max(1, len(trace.steps.table))
         convs = tk["op"].nunique()

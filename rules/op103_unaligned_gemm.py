@@ -109,7 +109,7 @@ class UnalignedGemm(Rule[Options]):
         if share < opts.min_share_pct:
             return
         saving = scenario_saving(trace, "pad-gemm")
-        if saving.refused or saving.share_pct < opts.min_saving_pct:
+        if not saving.reaches(opts.min_saving_pct):
             return
         worst = bad.loc[bad["dur_ns"].idxmax()]
         shapes = sorted({(int(m), int(n), int(kk)) for m, n, kk in zip(bad["m"], bad["n"], bad["kdim"], strict=True)})

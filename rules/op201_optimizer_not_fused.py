@@ -109,7 +109,7 @@ class OptimizerNotFused(Rule[Options]):
         if not flagged.any():
             return
         saving = scenario_saving(trace, "fused-optimizer")
-        if saving.refused or saving.share_pct < opts.min_saving_pct:
+        if not saving.reaches(opts.min_saving_pct):
             return
         gaps = idle_of(trace, IdleCause.optimizer)
         idx = np.flatnonzero(flagged)

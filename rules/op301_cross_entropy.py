@@ -124,7 +124,7 @@ class CrossEntropy(Rule[Options]):
         if share < opts.min_share_pct:
             return
         saving = scenario_saving(trace, "fused-cross-entropy")
-        if saving.refused or saving.share_pct < opts.min_saving_pct:
+        if not saving.reaches(opts.min_saving_pct):
             return
         steps = max(1, len(trace.steps.table))
         yield self.finding(

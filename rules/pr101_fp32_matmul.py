@@ -134,7 +134,7 @@ class Fp32Matmul(Rule[Options]):
         if share < opts.min_gemm_pct:
             return
         saving = scenario_saving(trace, "tf32")
-        if saving.refused or saving.share_pct < opts.min_saving_pct:
+        if not saving.reaches(opts.min_saving_pct):
             return
         mine = cand[cand["op"].isin(ops.rows)]
         flops = ops.flops_total

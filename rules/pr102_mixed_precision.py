@@ -99,7 +99,7 @@ class MixedPrecision(Rule[Options]):
         if not len(full) or share < opts.min_matrix_pct:
             return
         saving = _beyond_tf32(trace, scenario_saving(trace, "bf16"))
-        if saving.refused or saving.share_pct < opts.min_saving_pct:
+        if not saving.reaches(opts.min_saving_pct):
             return
         steps = max(1, len(trace.steps.table))
         peaks = roofline_of(trace).peaks

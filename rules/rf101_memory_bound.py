@@ -128,7 +128,7 @@ class MemoryBound(Rule[Options]):
         if not len(chains):
             return
         replayed = scenario_saving(trace, "fuse-elementwise")
-        if replayed.refused or replayed.share_pct < opts.min_saving_pct:
+        if not replayed.reaches(opts.min_saving_pct):
             return
         all_k = trace.kernels
         kernel_ns = float(all_k.loc[(all_k["ts_ns"] >= lo) & (all_k["ts_ns"] < hi), "dur_ns"].sum())

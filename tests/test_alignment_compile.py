@@ -21,7 +21,7 @@ from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.alignment import gemm_dims, unaligned_products
 from traceadvisor.whatif.fusion import inside_annotation
 from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, thread_key
-from traceadvisor.whatif.savings import scenario_saving
+from traceadvisor.whatif.savings import Saving, scenario_saving
 from traceadvisor.whatif.scenarios import COMPILED_HOST_PER_LAUNCH, SCENARIOS, launch_segments
 
 FIXTURES, PAIRS = gpu_pairs.FIXTURES, gpu_pairs.PAIRS
@@ -205,3 +205,11 @@ def test_whatif_compile_lists_every_finding_it_answers() -> None:
     # the combination names each rule it answers once
     assert by["combined"]["answers"] == ["memory-bound", "cross-entropy", "unaligned-gemm"]
     assert by["combined"]["after_step_us"] == pytest.approx(by["compile"]["after_step_us"], abs=1e-6)
+
+
+def test_saving_reaches_is_the_rules_gate() -> None:
+    s = Saving("pad-gemm", before_ns=1000.0, after_ns=980.0)
+    assert s.share_pct == pytest.approx(2.0)
+    assert s.reaches(2.0) and not s.reaches(2.1)
+    assert not Saving("pad-gemm", 1000.0, 500.0, refused="nothing to pad").reaches(0.0)
+    assert not Saving("pad-gemm", 1000.0, 1200.0).reaches(0.1)  # slower: saves nothing

@@ -43,6 +43,11 @@ class Saving:
         """The saving over the predicted unprofiled step, %."""
         return self.saving_ns / self.before_ns * 100.0 if self.before_ns > 0 else 0.0
 
+    def reaches(self, min_pct: float) -> bool:
+        """Whether the scenario applied and saves at least ``min_pct`` of the predicted unprofiled
+        step: the gate every replay-backed rule reports behind."""
+        return self.refused is None and self.share_pct >= min_pct
+
 
 @memoised
 def predicted_step_ns(trace: Trace) -> float:
