@@ -1,18 +1,22 @@
-"""Fit the compile scenario's host cost per launched kernel (a share of eager's) on its fit pair.
+"""Fit the compile scenario's host cost per launched kernel (shares of eager's) on its fit pairs.
 
-    python bench/fit_compile_launch.py [--pairs fixtures/pairs12.json] [--keep-memsets]
+    python bench/fit_compile_launch.py [--pairs fixtures/pairs12.json] [--keep-memsets] [--one-share]
 
-``traceadvisor.whatif.scenarios.COMPILED_HOST_PER_LAUNCH`` is the one constant of the ``compile``
-scenario's host model. It is fitted on the fit pairs ``mlp_compile`` and ``tfm_compile`` only (both
-capture variants), with ``COMPILED_DROPS_MEMSETS`` on (``--keep-memsets``: off; the lower fit error decided it):
-the value whose predicted saving (the scenario replayed on the BEFORE trace) best matches the
-measured one, by a scan over 0.02-2.40 in steps of 0.02 minimising the summed squared relative error.
-The validation pairs (storm_compile, gpt_compile) are printed with the fitted value, never used.
+``traceadvisor.whatif.scenarios.COMPILED_HOST_PER_LAUNCH`` (launches from the step's own thread: the
+forward) and ``COMPILED_HOST_PER_LAUNCH_BACKWARD`` (the autograd engine's threads) are the ``compile``
+scenario's host model. They are fitted on the fit pairs ``mlp_compile``, ``tfm_compile`` (trainers)
+and ``mlp_infer_compile`` (inference, forward only), both capture variants, with
+``COMPILED_DROPS_MEMSETS`` on (``--keep-memsets``: off): the values whose predicted savings (the
+scenario replayed on the BEFORE trace) best match the measured ones, minimising the summed squared
+relative error by alternating scans of each over 0.02-2.40 in steps of 0.02 until neither moves.
+``--one-share``: one value for both (the model before the split), for comparison. The validation
+pairs (storm_compile, gpt_compile, tfm_infer_compile) are printed with the fitted values, never used.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -21,16 +25,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from traceadvisor.trace.load import load_file  # noqa: E402
+from traceadvisor.trace.model import Trace  # noqa: E402
 from traceadvisor.whatif import scenarios  # noqa: E402
 from traceadvisor.whatif.savings import saving_of  # noqa: E402
 
-FIT = ("mlp_compile", "tfm_compile")
-VALIDATION = ("storm_compile", "gpt_compile")
+FIT = ("mlp_compile", "tfm_compile", "mlp_infer_compile")
+VALIDATION = ("storm_compile", "gpt_compile", "tfm_infer_compile")
+SHARES = [step / 50.0 for step in range(1, 121)]
 
 
-def predicted_pct(trace_name: str, ratio: float) -> float:
-    scenarios.COMPILED_HOST_PER_LAUNCH = ratio
-    trace = load_file(ROOT / "fixtures" / "traces" / trace_name)
+@functools.cache
+def _trace(name: str) -> Trace:
+    return load_file(ROOT / "fixtures" / "traces" / name)
+
+
+def predicted_pct(trace_name: str, forward: float, backward: float) -> float:
+    scenarios.COMPILED_HOST_PER_LAUNCH = forward
+    scenarios.COMPILED_HOST_PER_LAUNCH_BACKWARD = backward
+    trace = _trace(trace_name)
     return saving_of(trace, "compile", scenarios.compiled(trace)).share_pct
 
 
@@ -38,6 +50,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12.json")
     ap.add_argument("--keep-memsets", action="store_true", help="the alternative: fit with COMPILED_DROPS_MEMSETS off")
+    ap.add_argument("--one-share", action="store_true", help="one share for forward and backward launches")
     args = ap.parse_args()
     scenarios.COMPILED_DROPS_MEMSETS = not args.keep_memsets
     pairs = json.loads(args.pairs.read_text())["pairs"]
@@ -47,21 +60,31 @@ def main() -> int:
         for k, rec in pairs[n]["traces"].items()
         if k.startswith("before")
     ]
-    best = None
-    for step in range(2, 121):
-        c = step / 50.0
-        err = sum(((predicted_pct(f, c) - m) / m) ** 2 for f, m in fit)
-        if best is None or err < best[1]:
-            best = (c, err)
-    assert best is not None
-    c = best[0]
+
+    def error(forward: float, backward: float) -> float:
+        return sum(((predicted_pct(f, forward, backward) - m) / m) ** 2 for f, m in fit)
+
+    if args.one_share:
+        best = min(((c, c) for c in SHARES), key=lambda fb: error(*fb))
+    else:
+        best = (1.0, 1.0)
+        for _ in range(6):  # alternating scans: each share at its best given the other
+            forward = min(SHARES, key=lambda c: error(c, best[1]))
+            backward = min(SHARES, key=lambda c: error(forward, c))
+            if (forward, backward) == best:
+                break
+            best = (forward, backward)
+    f, b = best
     drops = not args.keep_memsets
-    print(f"COMPILED_HOST_PER_LAUNCH = {c:.2f} (memsets dropped: {drops}; summed squared error {best[1]:.4f})")
+    print(
+        f"COMPILED_HOST_PER_LAUNCH = {f:.2f}, COMPILED_HOST_PER_LAUNCH_BACKWARD = {b:.2f} "
+        f"(memsets dropped: {drops}; summed squared error {error(f, b):.4f})"
+    )
     for names, split in ((FIT, "fit"), (VALIDATION, "validation")):
         for n in names:
             for k, rec in pairs[n]["traces"].items():
                 if k.startswith("before"):
-                    p = predicted_pct(rec["file"], c)
+                    p = predicted_pct(rec["file"], f, b)
                     m = pairs[n]["measured_saving_pct"]
                     err = (p - m) / m * 100
                     print(f"{n:14s} {split:10s} {k:15s} measured {m:5.1f}%  predicted {p:5.1f}%  error {err:+6.1f}%")

@@ -1,9 +1,9 @@
 """The pad-gemm and compile what-if scenarios (traceadvisor/whatif/alignment.py, scenarios.compiled)
 and the unaligned-gemm rule, on the real H100 pairs of fixtures/pairs12.json.
 
-gpt_pad_vocab and storm_compile are validation pairs: nothing in either scenario was fitted on them
-(pad-gemm has no fitted constant; compile combines three scenarios whose constants come from other
-pairs)."""
+gpt_pad_vocab, storm_compile, gpt_compile and tfm_infer_compile are validation pairs: nothing in
+either scenario was fitted on them (pad-gemm has no fitted constant; compile's host shares come from
+mlp_compile, tfm_compile and mlp_infer_compile)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,13 @@ from traceadvisor.whatif.alignment import gemm_dims, unaligned_products
 from traceadvisor.whatif.fusion import inside_annotation
 from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, thread_key
 from traceadvisor.whatif.savings import Saving, scenario_saving
-from traceadvisor.whatif.scenarios import COMPILED_HOST_PER_LAUNCH, SCENARIOS, launch_segments
+from traceadvisor.whatif.scenarios import (
+    COMPILED_HOST_PER_LAUNCH,
+    COMPILED_HOST_PER_LAUNCH_BACKWARD,
+    SCENARIOS,
+    launch_segments,
+    thread_runs,
+)
 
 FIXTURES, PAIRS = gpu_pairs.FIXTURES, gpu_pairs.PAIRS
 
@@ -100,22 +106,26 @@ def test_compile_combines_what_inductor_changes() -> None:
     assert both.saving_ns < both.before_ns
 
 
-STORM_COMPILE_MISS = (
-    "storm_compile: 28.3% predicted against 38.0% measured (-25.5%). The compile scenario's constants were "
-    "fitted on mlp_compile and tfm_compile, whose eager memsets it drops; the storm has none, and with "
-    "them the host share per launch fitted at 1.06: the storm kept less host per launch than that"
+TFM_INFER_MISS = (
+    "tfm_infer_compile: 18.4% predicted against 30.5% measured (-40%). Its capture host ran fast "
+    "(aten::empty 3.5 µs a call against 5.5 in the fit traces), so the bundled profiler costs take "
+    "out too much host time (predicted unprofiled step 0.49 ms against 1.90 measured) and the step "
+    "replays GPU-bound; calibrated to the steps measured around the capture it predicts 26.0% (-15%)"
 )
 
 
 @pytest.mark.parametrize(
     "pair",
-    [pytest.param("storm_compile", marks=pytest.mark.xfail(strict=True, reason=STORM_COMPILE_MISS)), "gpt_compile"],
+    [
+        "storm_compile",
+        "gpt_compile",
+        pytest.param("tfm_infer_compile", marks=pytest.mark.xfail(strict=True, reason=TFM_INFER_MISS)),
+    ],
 )
 def test_compile_saving_within_20_pct_on_the_validation_pairs(pair: str) -> None:
-    """Nothing of the compile scenario was fitted on these pairs (its constants come from mlp_compile
-    and tfm_compile). gpt_compile's measured saving drifted between runs (30.3% here; 22.0%, 17.8%,
-    28.5% in fixtures/pairs12_runs/run_3, run_4, run_6, whose own traces predict 12.6%, 14.8%, 15.7%:
-    docs/whatif.md)."""
+    """Nothing of the compile scenario was fitted on these pairs (its host shares come from
+    mlp_compile, tfm_compile and mlp_infer_compile). gpt_compile's measured saving drifted between
+    runs (30.3% here; 22.0%, 17.8%, 28.5% in fixtures/pairs12_runs/run_3, run_4, run_6: docs/whatif.md)."""
     rec = PAIRS[pair]
     assert rec["split"] == "validation" and rec["scenario"] == "compile"
     s = scenario_saving(_trace(f"{pair}_before_stack"), "compile")
@@ -125,7 +135,8 @@ def test_compile_saving_within_20_pct_on_the_validation_pairs(pair: str) -> None
 
 
 def test_compile_fit_pairs_split_and_memsets_dropped() -> None:
-    assert {PAIRS[p]["split"] for p in ("mlp_compile", "tfm_compile")} == {"fit"}
+    assert {PAIRS[p]["split"] for p in ("mlp_compile", "tfm_compile", "mlp_infer_compile")} == {"fit"}
+    assert {PAIRS[p]["split"] for p in ("storm_compile", "gpt_compile", "tfm_infer_compile")} == {"validation"}
     # tfm_compile's eager step launches memsets inside its graph; the scenario zeroes them
     t = _trace("tfm_compile_before_stack")
     ov = SCENARIOS["compile"].build(t)
@@ -167,14 +178,35 @@ def test_a_share_region_keeps_its_share_of_the_time_left_after_point_costs() -> 
 
 
 def test_compile_keeps_the_host_share_of_the_launches_left() -> None:
-    # the storm: 300 launches a step (Linear, LayerNorm, ReLU), one segment each step; Inductor fuses
-    # each LayerNorm with its ReLU, so 200 launches are left: the segment keeps 0.98 * 200/300 of its host
+    # the storm: 300 launches a step (Linear, LayerNorm, ReLU), one segment each step, all from the
+    # step's thread (a forward); Inductor fuses each LayerNorm with its ReLU, so 200 launches are
+    # left: the segment keeps the forward share x 200/300 of its host time
     t = _trace("storm_compile_before_stack")
     ov = SCENARIOS["compile"].build(t)
     regions = ov.host_removed.regions
     assert len(regions) == len(t.steps.table)
     assert all(r.keep_share == pytest.approx(COMPILED_HOST_PER_LAUNCH * 200 / 300) for r in regions)
     assert sum(1 for d in ov.gpu_dur_ns.values() if d == 0) == 100 * len(t.steps.table)
+
+
+def test_compile_splits_forward_and_backward_launches() -> None:
+    # a trainer's segment: the forward's launches from the step's thread, then the backward's from the
+    # autograd engine's thread; each run keeps its own share (the backward's is the larger: eager
+    # backward ops already run from C++, the compiled backward adds the wrapper's Python)
+    assert COMPILED_HOST_PER_LAUNCH < 1.0 < COMPILED_HOST_PER_LAUNCH_BACKWARD
+    t = _trace("mlp_compile_before_stack")
+    runs = thread_runs(t, launch_segments(t))
+    first_step = [r for r in runs if r.start_ns < int(t.steps.table["cpu_end_ns"].iloc[0])]
+    assert [r.step_thread for r in first_step[:2]] == [True, False]
+    forward, backward = first_step[:2]
+    assert forward.end_ns <= backward.start_ns
+    rt, launch = t.runtime, t.gpu["launch"].to_numpy()
+    assert len(set(rt["tid"].to_numpy()[launch[forward.rows]].tolist())) == 1
+    assert set(rt["tid"].to_numpy()[launch[forward.rows]].tolist()).isdisjoint(
+        rt["tid"].to_numpy()[launch[backward.rows]].tolist()
+    )
+    shares = {r.keep_share for r in SCENARIOS["compile"].build(t).host_removed.regions}
+    assert len(shares) >= 2 and max(shares) <= 1.0
 
 
 def test_compile_leaves_the_optimizer_out() -> None:

@@ -169,6 +169,42 @@ def launch_segments(trace: Trace, exclude: np.ndarray | None = None) -> list[Lau
     return out
 
 
+@dataclass(frozen=True)
+class ThreadRun:
+    """Consecutive launches of a segment from one host thread: ``rows`` launched from ``start_ns``
+    to ``end_ns``; ``step_thread``: the thread that runs the step (ProfilerStep#N), not the autograd
+    engine's."""
+
+    thread: int
+    start_ns: int
+    end_ns: int
+    rows: np.ndarray
+    step_thread: bool
+
+
+def thread_runs(trace: Trace, segments: list[LaunchSegment]) -> list[ThreadRun]:
+    """Each segment split where its launches change host thread (in launch order)."""
+    rt, launch = trace.runtime, trace.gpu["launch"].to_numpy()
+    tid, ts, end = rt["tid"].to_numpy(), rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()
+    ann = trace.annotations
+    step_tids = (
+        set(ann.loc[ann["name"].astype(str).str.startswith("ProfilerStep#"), "tid"].tolist()) if len(ann) else set()
+    )
+    out = []
+    for seg in segments:
+        lrow = launch[seg.rows]
+        lt = tid[lrow]
+        cuts = np.flatnonzero(lt[1:] != lt[:-1]) + 1
+        for part in np.split(np.arange(len(lrow)), cuts):
+            if not len(part):
+                continue
+            first, last = lrow[part[0]], lrow[part[-1]]
+            out.append(
+                ThreadRun(seg.thread, int(ts[first]), int(end[last]), seg.rows[part], int(lt[part[0]]) in step_tids)
+            )
+    return out
+
+
 def cuda_graphs(trace: Trace) -> Overrides:
     """Capture each step's launches in CUDA graphs: per step and process, the launches
     between two blocking calls (a sync cannot be captured: it splits the graph, as
@@ -199,12 +235,15 @@ def runs_compiled(trace: Trace) -> bool:
 
 
 # A torch.compile'd graph's host time per kernel it launches, as a share of what the eager ops of
-# the same region spent per launched kernel (profiler cost taken out). Inductor's wrapper calls each
-# kernel's launcher directly (no dispatch, autograd recording or module call in between), but on the
-# capture host the launch itself dominates: mlp_compile's compiled side measured 44 µs a record
-# against eager's 45. Fitted by bench/fit_compile_launch.py on the fit pairs mlp_compile
-# and tfm_compile (both capture variants) and nothing else.
-COMPILED_HOST_PER_LAUNCH = 1.06
+# the same launches spent per launched kernel (profiler cost taken out), apart for the two kinds of
+# eager launch a graph replaces. Forward: the step's own thread, where every eager op also pays
+# for its module call and Python frames, which the compiled wrapper skips (it calls each launcher
+# directly). Backward: the autograd engine's threads, where eager ops run from C++ already and the
+# compiled backward adds the wrapper's Python on top. Fitted by bench/fit_compile_launch.py on the
+# fit pairs mlp_compile and tfm_compile (trainers: both kinds) and mlp_infer_compile (inference:
+# forward only), both capture variants, and nothing else.
+COMPILED_HOST_PER_LAUNCH = 0.84
+COMPILED_HOST_PER_LAUNCH_BACKWARD = 1.18
 # The memsets eager kernels launch inside a compiled graph (zero-fills before accumulating:
 # LayerNorm's weight gradients, split-K GEMMs, embedding backward) go with it: Inductor's
 # reductions write their outputs whole (mlp_compile: 17 memsets a step eager, none in its graphs).
@@ -220,9 +259,10 @@ def compiled(trace: Trace) -> Overrides:
     Inductor's ``shape_padding``, on by default), and the memsets inside the graphs gone
     (``COMPILED_DROPS_MEMSETS``); whichever finds nothing is left out. On the host,
     per step and process, the launches outside the optimizer between two blocking calls are one
-    compiled graph (a sync is a graph break): its host interval, from its first launch to its last,
-    keeps ``COMPILED_HOST_PER_LAUNCH`` times the eager host time per launch for each kernel still
-    launched (the fused ones are gone)."""
+    compiled graph (a sync is a graph break). Each run of its launches from one thread, from the
+    run's first launch to its last, keeps ``COMPILED_HOST_PER_LAUNCH`` (the step's own thread: the
+    forward) or ``COMPILED_HOST_PER_LAUNCH_BACKWARD`` (the autograd engine's threads) times the
+    eager host time per launch, for each kernel still launched (the fused ones are gone)."""
     if runs_compiled(trace):
         raise Refused("the trace already runs torch.compile'd graphs")
     parts = []
@@ -245,11 +285,11 @@ def compiled(trace: Trace) -> Overrides:
         dur, delay = dict(dur) | dict.fromkeys(fills, 0), dict(delay) | dict.fromkeys(fills, 0)
     gone = {r for r, d in dur.items() if d == 0}
     regions = []
-    for seg in segments:
-        rows = set(seg.rows.tolist())
-        left = sum(1 for r in rows if r not in gone)
-        share = min(1.0, COMPILED_HOST_PER_LAUNCH * left / len(rows))
-        regions.append(Region(seg.thread, seg.start_ns, seg.end_ns, 0, keep_share=share))
+    for run in thread_runs(trace, segments):
+        left = sum(1 for r in run.rows.tolist() if r not in gone)
+        per_launch = COMPILED_HOST_PER_LAUNCH if run.step_thread else COMPILED_HOST_PER_LAUNCH_BACKWARD
+        share = min(1.0, per_launch * left / len(run.rows))
+        regions.append(Region(run.thread, run.start_ns, run.end_ns, 0, keep_share=share))
     return Overrides(gpu_dur_ns=dur, gpu_delay_ns=delay, host_removed=HostTimeMap(regions=tuple(regions)))
 
 
