@@ -9,8 +9,16 @@ from pathlib import Path
 from fixture_paths import FIXTURE_TRACES, REPO
 
 from traceadvisor.trace.load import load_file
-from traceadvisor.whatif.profiler_cost import ProfilerCost, event_counts, unprofiled_overrides
+from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.profiler_cost import (
+    ProfilerCost,
+    calibration,
+    event_counts,
+    measured_unprofiled_ns,
+    unprofiled_overrides,
+)
 from traceadvisor.whatif.replay import replay
+from traceadvisor.whatif.savings import scenario_saving
 from traceadvisor.whatif.scenarios import step_time_ns
 
 COMPILED = FIXTURE_TRACES / "p12_gpt_compile_after_nostack.json.gz"
@@ -55,3 +63,42 @@ def test_costing_inductor_launches_as_their_own_kind_moves_the_prediction_toward
     without = step_time_ns(replay(trace, unprofiled_overrides(trace, ProfilerCost(as_ops, bundled.fitted))))
     assert abs(with_kind - measured) < abs(without - measured)
     assert bundled.ns["inductor_launch_shapes"] > 3 * bundled.ns["op_shapes"]
+
+
+RUN_10 = REPO / "fixtures" / "pairs12_runs" / "run_10"
+
+
+def _with_measured_steps(pair: str, side: str) -> tuple[Trace, float, list[float]]:
+    """A run-10 stack trace given the unprofiled steps timed right around its capture (what
+    ``traceadvisor capture`` stores in the trace), with the pair's measured saving and its profiled steps."""
+    rec = json.loads((RUN_10 / "pairs12.json").read_text())["pairs"][pair]
+    side_rec = rec["traces"][f"{side}_stack"]
+    trace = load_file(RUN_10 / "traces" / side_rec["file"])
+    trace.meta.traceadvisor = {"unprofiled_step_us": side_rec["adjacent_unprofiled_us"]["repeats"]}
+    return trace, float(rec["measured_saving_pct"]), [float(x) for x in side_rec["profiled_step_us"]]
+
+
+def test_calibration_fits_the_replay_to_the_steps_measured_around_the_capture() -> None:
+    """tfm_infer_compile's capture host ran slower than the fit traces' host: with the bundled costs
+    its before step replays at 1.4 ms against 3.35 ms measured around the capture; calibrated, the
+    replayed step meets the measurement."""
+    trace, _, _ = _with_measured_steps("tfm_infer_compile", "before")
+    target = measured_unprofiled_ns(trace)
+    assert target is not None
+    factor = calibration(trace)
+    assert 0.0 < factor < 1.0  # less of the profiler's time taken out than the bundled costs take
+    replayed = step_time_ns(replay(trace, unprofiled_overrides(trace)))
+    assert abs(replayed - target) <= 0.01 * target
+
+
+def test_calibration_keeps_the_bundled_costs_where_the_measured_step_is_no_shorter_than_the_profiled_one() -> None:
+    """gpt_pad_vocab at batch 48 is GPU-bound: its two profiled steps took 31.1 ms, the unprofiled
+    steps around the capture 32.9 ms (the host drifted, the profiler added nothing to the step).
+    Fitting the profiler's cost to that would keep all of it (a factor of 0) and make the replayed
+    host the bottleneck: the padded GEMMs then saved 8.4% against 31.6% measured."""
+    trace, measured_pct, profiled = _with_measured_steps("gpt_pad_vocab", "before")
+    target = measured_unprofiled_ns(trace)
+    assert target is not None and target >= max(profiled) * 1e3
+    assert calibration(trace) == 1.0
+    s = scenario_saving(trace, "pad-gemm")
+    assert abs(s.share_pct - measured_pct) <= 0.2 * measured_pct, (s.share_pct, measured_pct)

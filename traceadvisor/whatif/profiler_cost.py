@@ -197,7 +197,12 @@ def calibration(trace: Trace) -> float:
         return 1.0
     lo, hi = 0.0, 4.0
     if step(lo) <= target:
-        return lo
+        # the step measured without the profiler is no shorter than the profiled one: the profiler
+        # only adds host work, so the difference is the machine's drift between the two, which says
+        # nothing about the profiler's cost. Taking none of it out (factor 0) would keep its whole
+        # host cost in the replay: p12_gpt_pad_vocab_before of run 10 profiled at 31.1 ms, GPU-bound,
+        # timed at 32.9 ms around it, became host-bound and its padded GEMMs saved 8.4% (31.6% measured)
+        return 1.0
     if step(hi) >= target:
         return hi
     for _ in range(20):
