@@ -98,7 +98,12 @@ def step_time_line(st: StepTime) -> str:
     line = f"{fmt_time(st.profiled_step_us)} profiled (GPU busy {st.gpu_busy_profiled_pct:.0f}%)"
     if st.unprofiled_step_us is not None and st.gpu_busy_unprofiled_pct is not None:
         predicted = fmt_time(st.unprofiled_step_us)
-        line += f", {predicted} predicted without the profiler (GPU busy {st.gpu_busy_unprofiled_pct:.0f}%)"
+        basis = ""
+        if st.unprofiled_basis == "calibrated":
+            basis = "; calibrated to the steps timed without it"
+        elif st.unprofiled_caveat:
+            basis = f"; uncalibrated: {st.unprofiled_caveat}"
+        line += f", {predicted} predicted without the profiler (GPU busy {st.gpu_busy_unprofiled_pct:.0f}%{basis})"
     return line
 
 

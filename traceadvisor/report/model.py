@@ -426,6 +426,11 @@ class StepTime:
     gpu_busy_per_step_us: float
     gpu_busy_profiled_pct: float
     gpu_busy_unprofiled_pct: float | None
+    # what the prediction rests on: ``calibrated`` (fitted to steps timed without the profiler that
+    # the trace carries) or ``uncalibrated`` (the bundled costs alone); None without a prediction
+    unprofiled_basis: str | None = None
+    # where the bundled costs are known to be unreliable for this trace, why (None otherwise)
+    unprofiled_caveat: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -434,6 +439,8 @@ class StepTime:
             "gpu_busy_per_step_us": self.gpu_busy_per_step_us,
             "gpu_busy_profiled_pct": self.gpu_busy_profiled_pct,
             "gpu_busy_unprofiled_pct": self.gpu_busy_unprofiled_pct,
+            "unprofiled_basis": self.unprofiled_basis,
+            "unprofiled_caveat": self.unprofiled_caveat,
         }
 
     @classmethod

@@ -15,9 +15,31 @@ from traceadvisor.report.model import StepTime
 from traceadvisor.summary.units import us
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
 from traceadvisor.whatif.replay import measured_replay
 from traceadvisor.whatif.savings import predicted_step_ns
-from traceadvisor.whatif.scenarios import step_time_ns
+from traceadvisor.whatif.scenarios import runs_compiled, step_time_ns
+
+# The bundled profiler costs are fitted on eager code. Where a trace recorded torch.compile'd code
+# with stacks, the profiler's cost of the generated wrapper's calls and launchers differs from
+# program to program beyond what the event kinds capture: on the H100 pairs the uncalibrated
+# prediction of such a compiled step was off by -81% to +230% (docs/whatif.md, "The profiler's
+# cost in compiled code"), where eager steps land within 10% on half the traces.
+COMPILED_WITH_STACKS_CAVEAT = (
+    "torch.compile'd code recorded with stacks: the profiler's cost of its Python launchers is not modelled "
+    "reliably; time steps without the profiler (traceadvisor capture does) to calibrate"
+)
+
+
+def unprofiled_basis(trace: Trace) -> tuple[str, str | None]:
+    """What the predicted unprofiled step rests on (``calibrated``: steps timed without the
+    profiler that the trace carries; ``uncalibrated``: the bundled costs alone), and a caveat where
+    the bundled costs are known to be unreliable for this trace."""
+    if measured_unprofiled_ns(trace) is not None:
+        return "calibrated", None
+    if len(trace.frames) and runs_compiled(trace):
+        return "uncalibrated", COMPILED_WITH_STACKS_CAVEAT
+    return "uncalibrated", None
 
 
 def step_time(trace: Trace, dev: int | None) -> StepTime | None:
@@ -36,10 +58,13 @@ def step_time(trace: Trace, dev: int | None) -> StepTime | None:
     s, e = trace.busy_intervals(dev)
     busy = float(intervals.covered(s, e, gs[has], ge[has]).sum()) / max(int(has.sum()), 1)
     unprofiled = None if math.isnan(predicted) or predicted <= 0 else predicted
+    basis, caveat = unprofiled_basis(trace) if unprofiled is not None else (None, None)
     return StepTime(
         profiled_step_us=us(profiled),
         unprofiled_step_us=us(unprofiled) if unprofiled is not None else None,
         gpu_busy_per_step_us=us(busy),
         gpu_busy_profiled_pct=min(100.0, 100.0 * busy / profiled),
         gpu_busy_unprofiled_pct=min(100.0, 100.0 * busy / unprofiled) if unprofiled is not None else None,
+        unprofiled_basis=basis,
+        unprofiled_caveat=caveat,
     )
