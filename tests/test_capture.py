@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import capture_run
 import pytest
 
 from traceadvisor.capture.command import end_options_at_program
@@ -49,16 +50,8 @@ for i in range(int(sys.argv[1])):
 
 
 def run_capture(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PROBE": str(cwd / "probe.json"), **(env or {})}
-    full_env.pop("TRACEADVISOR_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "traceadvisor", "capture", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=full_env,
-    )
+    """capture_run.run_capture with the probe's output file set (PROBE)."""
+    return capture_run.run_capture(cwd, *args, env={"PROBE": str(cwd / "probe.json"), **(env or {})})
 
 
 def write(path: Path, source: str) -> Path:

@@ -10,21 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from capture_run import run_capture
 
 pytest.importorskip("torch")
 
 
 def capture(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ}
-    env.pop("TRACEADVISOR_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "traceadvisor", "capture", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    return run_capture(cwd, *args)
 
 
 def test_workload_help_is_the_workloads_and_exits_0(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capture_run import run_capture
 
 pytest.importorskip("torch")
 
@@ -59,17 +60,6 @@ def dump(prof):
 def write(path: Path, body: str) -> Path:
     path.write_text(PRELUDE + textwrap.dedent(body))
     return path
-
-
-def run_capture(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "traceadvisor", "capture", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def run_plain(cwd: Path, script: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
