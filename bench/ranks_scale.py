@@ -19,8 +19,8 @@ Two measurements, one table each:
    ``LocalCluster`` of 2 single-threaded worker processes, in one run, and must be identical.
 
 ``--build``: ``full`` (the default) is the real builder, ``pipeline.rank_summary``; ``light`` the
-bench's own small one (``build_small``: collectives, steps, a busy/idle breakdown and kernel classes
-from ``load_file``, no report); or any ``module:function``.
+small one the scale-out tests use too (``tests/small_rank_summary.py``: collectives, steps, a
+busy/idle breakdown and kernel classes from ``load_file``, no report); or any ``module:function``.
 
     .venv/bin/python bench/ranks_scale.py            # 1,000 + 64 x 50 MB (about 3 minutes here)
     .venv/bin/python bench/ranks_scale.py --quick    # 100 + 8 x 10 MB
@@ -51,6 +51,9 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # small_rank_summary: the light builder, shared with the tests
+
+from small_rank_summary import build_small  # noqa: E402
 
 from traceadvisor.ranks.executor import summaries  # noqa: E402
 from traceadvisor.ranks.summary import RankSummary, TraceKey  # noqa: E402
@@ -65,85 +68,7 @@ from traceadvisor.ranks.summary_io import (  # noqa: E402
 HTA = REPO / "fixtures" / "external" / "hta"
 MULTIRANK = REPO / "fixtures" / "traces" / "multirank"
 INFLATE_SOURCE = HTA / "nccl_data.json.gz"
-_COMM = re.compile(r"nccl|rccl", re.IGNORECASE)
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-
-
-def build_small(path: str) -> RankSummary:
-    """A real summary of one trace (the same builder as tests/test_ranks_scaleout.py)."""
-    from traceadvisor.trace.load import load_file
-
-    t = load_file(path)
-    c = t.collectives
-    pg = c["pg_name"].fillna("").astype(str)
-    collectives = pd.DataFrame(
-        {
-            "op": c["collective"].fillna("unknown").astype(str),
-            "op_source": pd.Series(["args"] * len(c), dtype="str"),
-            "pg": pg,
-            "pg_ranks": c["pg_ranks"].fillna("").astype(str),
-            "seq": c["seq"].astype("int64"),
-            "ordinal": pg.groupby(pg).cumcount().astype("int64"),
-            "dtype": c["dtype"].fillna("").astype(str),
-            "in_nelems": c["in_nelems"].astype("float64"),
-            "out_nelems": c["out_nelems"].astype("float64"),
-            "group_size": c["group_size"].astype("int64"),
-            "on_gpu": c["on_gpu"].astype(bool),
-            "start_ns": c["ts_ns"].astype("int64"),
-            "end_ns": c["end_ns"].astype("int64"),
-            "step": t.step_of(c["ts_ns"].to_numpy()).astype("int64"),
-        }
-    )
-    st = t.steps.table
-    end = np.maximum(st["cpu_end_ns"].to_numpy(), st["gpu_end_ns"].to_numpy())
-    steps = pd.DataFrame(
-        {"step": st["step"], "start_ns": st["cpu_start_ns"], "end_ns": end, "cpu_end_ns": st["cpu_end_ns"]}
-    ).astype("int64")
-    main = t.device_ids[0] if t.device_ids else None
-    windows = zip(steps.start_ns, end, strict=True)
-    busy = np.asarray([t.busy_ns(main, int(lo), int(hi)) if main is not None else 0 for lo, hi in windows], np.int64)
-    step_ns = (steps.end_ns - steps.start_ns).to_numpy()
-    zeros = np.zeros(len(steps), dtype=np.int64)
-    breakdown = pd.DataFrame(
-        {
-            "step": steps.step.to_numpy(),
-            "step_ns": step_ns,
-            "compute_ns": busy,
-            "comm_ns": zeros,
-            "comm_exposed_ns": zeros,
-            "memcpy_exposed_ns": zeros,
-            "idle_ns": step_ns - busy,
-        }
-    )
-    k = t.kernels
-    cls = np.where(k["name"].astype(str).str.contains(_COMM).to_numpy(), "communication", "compute")
-    classes = (
-        pd.DataFrame({"cls": cls, "dur_ns": k["dur_ns"].to_numpy()})
-        .groupby("cls", sort=True)["dur_ns"]
-        .agg(["count", "sum"])
-        .reset_index()
-        .rename(columns={"sum": "total_ns"})
-        .astype({"cls": "str", "count": "int64", "total_ns": "int64"})
-    )
-    empty = np.zeros(0, dtype=np.int64)
-    return RankSummary(
-        key=TraceKey(path=path, size=-1, mtime_ns=-1),
-        rank=t.meta.rank,
-        rank_source="distributedInfo" if t.meta.rank is not None else "unknown",
-        world_size=t.meta.world_size,
-        host=None,
-        device=(t.device_properties() or {}).get("name"),
-        base_time_ns=t.meta.base_time_ns,
-        tables={
-            "collectives": collectives,
-            "steps": steps,
-            "breakdown": breakdown,
-            "comm_exposed": pd.DataFrame({"coll": empty, "start_ns": empty, "end_ns": empty}),
-            "kernel_classes": classes,
-        },
-        report={"kernel_count": len(k), "warnings": list(t.meta.warnings)},
-        warnings=tuple(t.meta.warnings),
-    )
 
 
 def build_full(path: str) -> RankSummary:
