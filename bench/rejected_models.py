@@ -26,9 +26,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 import fit_profiler_cost as fpc  # noqa: E402
 import pairs_validation as pv  # noqa: E402
+from test_rules_real import PAIR_RULE  # noqa: E402  (the independent pairs and their rules, as the test checks them)
 
 from traceadvisor.testing import find_rule, run_case  # noqa: E402
 from traceadvisor.trace.load import load_file  # noqa: E402
@@ -36,19 +38,6 @@ from traceadvisor.trace.model import Trace  # noqa: E402
 from traceadvisor.whatif import profiler_cost as pc  # noqa: E402
 
 RUNS = ["fixtures/pairs12.json"] + [f"fixtures/pairs12_runs/run_{n}/pairs12.json" for n in (3, 4, 6, 8)]
-# The independent pairs that test_rules_real checks within 30%, with their rules.
-INDEPENDENT = {
-    "pair_cuda_graph": "launch-overhead",
-    "pair_launch_storm": "launch-overhead",
-    "pair_launch_storm_nostack": "launch-overhead",
-    "pair_pinned": "pageable-copy",
-    "pair_sdpa": "unfused-attention",
-    "pair_tf32": "fp32-matmul",
-    "pair_compile_elementwise": "memory-bound",
-    "pair_fused_optimizer": "optimizer-not-fused",
-    "pair_per_param_optimizer_nostack": "optimizer-not-fused",
-    "pair_sync": "sync-point",
-}
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
 
@@ -84,7 +73,7 @@ def summary(label: str) -> dict[str, Any]:
 
 def independent(label: str) -> None:
     pairs = json.loads((ROOT / "fixtures" / "pairs.json").read_text())
-    for pair, rule in INDEPENDENT.items():
+    for pair, rule in sorted(PAIR_RULE.items()):
         rec = pairs[pair]
         before = ROOT / "fixtures" / "traces" / Path(rec["before_trace"]).name
         found = run_case(find_rule(rule), {"trace": str(before)}).findings

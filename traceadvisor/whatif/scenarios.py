@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from traceadvisor.analyses.cache import memoised
 from traceadvisor.analyses.copies import pinned_rate
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
@@ -228,8 +229,11 @@ def cuda_graphs(trace: Trace) -> Overrides:
 COMPILED_REGION_PREFIXES = ("Torch-Compiled Region", "## Call CompiledFxGraph")
 
 
+@memoised
 def runs_compiled(trace: Trace) -> bool:
-    """Whether the trace shows torch.compile'd graphs running (``COMPILED_REGION_PREFIXES``)."""
+    """Whether the trace shows torch.compile'd graphs running (``COMPILED_REGION_PREFIXES``); once
+    per trace: the compile scenario, the unaligned-gemm rule and the report's step time ask, and
+    each answer scans every host record's name."""
     host = trace.host
     return bool(len(host)) and bool(host["name"].astype(str).str.startswith(COMPILED_REGION_PREFIXES).any())
 
