@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -71,19 +71,44 @@ INDUCTOR_LAUNCH_PREFIX = "triton_"
 
 @dataclass(frozen=True)
 class ProfilerCost:
-    """Host ns per recorded event, by kind; ``fitted`` says where the numbers come from."""
+    """Host ns per recorded event, by kind; ``fitted`` says where the numbers come from.
+
+    ``per_recorded``: kinds whose cost is not a constant but a multiple of the event's own recorded
+    duration (ns of cost per ns recorded). An Inductor launch record with shapes lasts 9-12 µs in an
+    inference forward and 15-22 µs in a trainer's backward (more arguments to record, a slower
+    moment of the host): one constant fitted on the compiled pairs left the trainers +42% and the
+    inference -24% (``bench/fit_profiler_cost.py``), the multiple of the record's duration +16% and
+    -12%, and -7% to -6% on the validation pairs' compiled traces."""
 
     ns: dict[str, float]
     fitted: dict[str, Any]
+    per_recorded: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def bundled(cls) -> ProfilerCost:
         doc = json.loads(resources.files("traceadvisor.whatif").joinpath("profiler_cost.json").read_text())
-        return cls({k: float(doc["ns_per_event"][k]) for k in KINDS}, doc.get("fitted", {}))
+        per = {k: float(v) for k, v in doc.get("per_recorded_ns", {}).items() if k in KINDS}
+        return cls({k: float(doc["ns_per_event"][k]) for k in KINDS}, doc.get("fitted", {}), per)
+
+    def scaled(self, factor: float) -> ProfilerCost:
+        """Every cost times ``factor`` (the trace's calibration)."""
+        return ProfilerCost(
+            {k: v * factor for k, v in self.ns.items()},
+            self.fitted,
+            {k: v * factor for k, v in self.per_recorded.items()},
+        )
 
 
 def event_kinds(trace: Trace) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int8]]:
     """Every recorded host event as (thread key, start ns, kind index into KINDS)."""
+    threads, ts, kinds, _ = recorded_events(trace)
+    return threads, ts, kinds
+
+
+def recorded_events(
+    trace: Trace,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int8], npt.NDArray[np.int64]]:
+    """Every recorded host event as (thread key, start ns, kind index into KINDS, recorded duration ns)."""
     parts = []
     host = trace.host
     if len(host):
@@ -111,11 +136,20 @@ def event_kinds(trace: Trace) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int
             parts.append((table, np.full(len(table), KINDS.index(name))))
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, np.zeros(0, dtype=np.int8)
+        return empty, empty, np.zeros(0, dtype=np.int8), empty
     threads = np.concatenate([thread_key(t["pid"].to_numpy(), t["tid"].to_numpy()) for t, _ in parts])
     ts = np.concatenate([t["ts_ns"].to_numpy(dtype=np.int64) for t, _ in parts])
     kinds = np.concatenate([k for _, k in parts]).astype(np.int8)
-    return threads, ts, kinds
+    durs = np.concatenate([_durations(t) for t, _ in parts])
+    return threads, ts, kinds, durs
+
+
+def _durations(table: Any) -> npt.NDArray[np.int64]:
+    """A table's recorded durations (ns; 0 where it has none: a memory event is an instant)."""
+    if "end_ns" not in table:
+        return np.zeros(len(table), dtype=np.int64)
+    durations: npt.NDArray[np.int64] = np.maximum(0, (table["end_ns"] - table["ts_ns"]).to_numpy(dtype=np.int64))
+    return durations
 
 
 def event_counts(trace: Trace) -> dict[str, int]:
@@ -126,9 +160,13 @@ def event_counts(trace: Trace) -> dict[str, int]:
 
 def profiler_time(trace: Trace, cost: ProfilerCost) -> HostTimeMap:
     """The host time the profiler spent recording, as point costs at each recorded event."""
-    threads, ts, kinds = event_kinds(trace)
+    threads, ts, kinds, durs = recorded_events(trace)
     per_kind = np.array([cost.ns[k] for k in KINDS], dtype=np.float64)
-    return point_costs(threads, ts, per_kind[kinds])
+    costs = per_kind[kinds]
+    for kind, multiple in cost.per_recorded.items():
+        sel = kinds == KINDS.index(kind)
+        costs[sel] = multiple * durs[sel]
+    return point_costs(threads, ts, costs)
 
 
 def graph_launch_durations(trace: Trace) -> dict[int, int]:
@@ -147,8 +185,7 @@ def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None) -> Over
     per-node cost it adds to graph launches. Without ``cost``: the bundled costs, scaled by the
     trace's ``calibration``."""
     if cost is None:
-        base, factor = ProfilerCost.bundled(), calibration(trace)
-        cost = ProfilerCost({k: v * factor for k, v in base.ns.items()}, base.fitted)
+        cost = ProfilerCost.bundled().scaled(calibration(trace))
     return Overrides(
         host_removed=profiler_time(trace, cost),
         host_dur_ns=graph_launch_durations(trace),
@@ -190,8 +227,7 @@ def calibration(trace: Trace) -> float:
     base = ProfilerCost.bundled()
 
     def step(factor: float) -> float:
-        cost = ProfilerCost({k: v * factor for k, v in base.ns.items()}, base.fitted)
-        return step_time_ns(replay(trace, unprofiled_overrides(trace, cost)))
+        return step_time_ns(replay(trace, unprofiled_overrides(trace, base.scaled(factor))))
 
     if abs(step(1.0) - target) <= CALIBRATION_TOLERANCE * target:
         return 1.0
