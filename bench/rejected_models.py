@@ -279,6 +279,24 @@ def launch_constant() -> None:
         + ", validation "
         + " ".join(f"{e:+.0f}" for e in errors(val, pc_step))
     )
+    # the same programs captured in other runs (fixtures/pairs12_runs/), none of them fitted on
+    print("other runs' compiled traces without stacks (the tool / the microbenchmark's constant):")
+    tool_errs, old_errs = [], []
+    for run in sorted((ROOT / "fixtures" / "pairs12_runs").glob("run_*/pairs12.json")):
+        for name, p in json.loads(run.read_text())["pairs"].items():
+            rec = p.get("traces", {}).get("after_nostack")
+            path = run.parent / "traces" / rec["file"] if rec else None
+            if p.get("status") != "ok" or path is None or not path.exists() or not name.endswith("compile"):
+                continue
+            trace = load_file(path)
+            measured = float(rec["adjacent_unprofiled_us"]["median"]) * 1e3
+            new = (pc_step(trace) - measured) / measured * 100
+            old = (constant(trace, base.ns["inductor_launch_shapes"]) - measured) / measured * 100
+            tool_errs.append(abs(new))
+            old_errs.append(abs(old))
+            print(f"    {run.parent.name:7s} {name:14s} {new:+5.0f}% / {old:+5.0f}%")
+    if tool_errs:
+        print(f"    median |error|: {np.median(tool_errs):.0f}% / {np.median(old_errs):.0f}%")
 
 
 def main() -> int:
