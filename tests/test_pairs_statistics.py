@@ -1,0 +1,78 @@
+"""How bench/pairs_validation.py judges a predicted saving against the GPU pairs' measurement:
+each interleaved round's own saving, and the distribution-free confidence interval of its median."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from types import ModuleType
+
+from fixture_paths import REPO
+
+
+def _pairs_validation() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("pairs_validation", REPO / "bench" / "pairs_validation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("pairs_validation", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+pv = _pairs_validation()
+PAIRS = json.loads((REPO / "fixtures" / "pairs12.json").read_text())["pairs"]
+
+
+def _coverage(n: int, j: int) -> float:
+    """P(the j-th smallest <= median <= the j-th largest) for n samples of a continuous variable."""
+    tail = sum(math.comb(n, k) for k in range(j)) / 2.0**n
+    return 1.0 - 2.0 * tail
+
+
+def test_median_interval_is_the_narrowest_order_statistics_with_95_pct_coverage() -> None:
+    for n, j in ((11, 2), (15, 4), (25, 8), (31, 10)):
+        values = [float(v) for v in range(n, 0, -1)]  # unsorted on purpose
+        lo, hi = pv.median_ci(values)
+        assert (lo, hi) == (float(j), float(n + 1 - j))
+        assert _coverage(n, j) >= 0.95 > _coverage(n, j + 1)
+
+
+def test_paired_savings_follow_the_rounds_and_the_batch() -> None:
+    """One saving per interleaved round, from that round's two sides; a batch change per sample."""
+    rec = PAIRS["tf32"]
+    b, a = rec["before_step_us"]["repeats"], rec["after_step_us"]["repeats"]
+    got = pv.paired_savings(rec)
+    assert got == [(x - y) / x * 100.0 for x, y in zip(b, a, strict=True)]
+    batch = PAIRS["gpt_batch"]
+    per = batch["samples_per_step"]
+    first = (
+        (batch["before_step_us"]["repeats"][0] / per["before"] - batch["after_step_us"]["repeats"][0] / per["after"])
+        / (batch["before_step_us"]["repeats"][0] / per["before"])
+        * 100.0
+    )
+    assert math.isclose(pv.paired_savings(batch)[0], first)
+
+
+def test_the_host_drift_cancels_within_a_round() -> None:
+    """storm's rounds drifted by hundreds of µs on the before side; each round's own saving barely moves."""
+    rec = PAIRS["storm"]
+    lo, hi = pv.median_ci(pv.paired_savings(rec))
+    b = rec["before_step_us"]
+    unpaired_spread = (b["q3"] - b["q1"]) / b["median"] * 100.0
+    assert lo <= rec["measured_saving_pct"] <= hi
+    assert hi - lo < unpaired_spread / 3
+
+
+def test_a_saving_is_right_within_20_pct_or_inside_the_interval() -> None:
+    row = {"measured_saving_pct": 10.0, "measured_ci_pct": (6.0, 15.0)}
+    assert pv.right(dict(row, predicted_saving_pct=11.9))  # within 20%
+    assert pv.right(dict(row, predicted_saving_pct=14.5))  # 45% off, inside the interval
+    assert not pv.right(dict(row, predicted_saving_pct=15.5))
+    assert not pv.right(dict(row, predicted_saving_pct=5.0))
+    slower = {"measured_saving_pct": -4.0, "measured_ci_pct": (-9.0, 2.0)}
+    assert pv.right(dict(slower, predicted_saving_pct=0.0))
+    assert pv.right(dict(slower, predicted_saving_pct=2.0))
+    assert not pv.right(dict(slower, predicted_saving_pct=3.0))
+    assert pv.right(row) is None
