@@ -57,13 +57,17 @@ def traces_of(
         if p.get("status") != "ok" or (split and p.get("split") != split) or name in HELD_OUT:
             continue
         for key, rec in p["traces"].items():
-            side = key.split("_")[0]
-            if reference == "adjacent" and "adjacent_unprofiled_us" in rec:
-                measured = float(rec["adjacent_unprofiled_us"]["median"]) * 1000.0
-            else:
-                measured = float(p[f"{side}_step_us"]["median"]) * 1000.0
-            out.append((name, key, load_file(ROOT / "fixtures" / "traces" / rec["file"]), measured))
+            trace = load_file(ROOT / "fixtures" / "traces" / rec["file"])
+            out.append((name, key, trace, measured_ns(p, key, reference)))
     return out
+
+
+def measured_ns(pair: dict[str, Any], key: str, reference: str) -> float:
+    """The unprofiled step a trace (``key``: side_variant) is compared with, ns (``traces_of``)."""
+    rec = pair["traces"][key]
+    if reference == "adjacent" and "adjacent_unprofiled_us" in rec:
+        return float(rec["adjacent_unprofiled_us"]["median"]) * 1000.0
+    return float(pair[f"{key.split('_')[0]}_step_us"]["median"]) * 1000.0
 
 
 # An annotation (record_function, ProfilerStep#N) is one RecordFunction like an op recorded without
@@ -102,15 +106,9 @@ def compiled_rows(pairs: dict[str, Any], reference: str = "adjacent") -> list[tu
         for key, rec in p["traces"].items():
             if rec.get("flags", {}).get("with_stack"):
                 continue
-            side = key.split("_")[0]
             trace = load_file(ROOT / "fixtures" / "traces" / rec["file"])
-            if not runs_compiled(trace):
-                continue
-            if reference == "adjacent" and "adjacent_unprofiled_us" in rec:
-                measured = float(rec["adjacent_unprofiled_us"]["median"]) * 1000.0
-            else:
-                measured = float(p[f"{side}_step_us"]["median"]) * 1000.0
-            rows.append((name, key, trace, measured))
+            if runs_compiled(trace):
+                rows.append((name, key, trace, measured_ns(p, key, reference)))
     return rows
 
 

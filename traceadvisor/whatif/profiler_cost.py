@@ -76,9 +76,10 @@ class ProfilerCost:
     ``per_recorded``: kinds whose cost is not a constant but a multiple of the event's own recorded
     duration (ns of cost per ns recorded). An Inductor launch record with shapes lasts 9-12 µs in an
     inference forward and 15-22 µs in a trainer's backward (more arguments to record, a slower
-    moment of the host): one constant fitted on the compiled pairs left the trainers +42% and the
-    inference -24% (``bench/fit_profiler_cost.py``), the multiple of the record's duration +16% and
-    -12%, and -7% to -6% on the validation pairs' compiled traces."""
+    moment of the host): against the steps timed around the captures, one constant fitted on the
+    compile fit pairs' compiled traces left them at +41/+16/-24%, the multiple of each record's
+    duration at +16/-2/-12%, and the validation pairs' compiled traces at -16/-6/-9% (the
+    microbenchmark's constant, 35 µs: -18/-45/-73%; ``python bench/rejected_models.py launch-constant``)."""
 
     ns: dict[str, float]
     fitted: dict[str, Any]
