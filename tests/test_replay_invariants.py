@@ -1,6 +1,7 @@
 """Invariants of the replay and of every finding, over every real trace (issue 12, "Must show").
 
-For each trace of ``fixtures/traces/`` and ``fixtures/external/``, analysed once (``_report``):
+For each trace of ``fixtures/traces/`` and ``fixtures/external/``, analysed once (``_report``), and
+for the replay alone, each trace of the GPU pairs' other runs (``fixtures/pairs12_runs/run_N/traces/``):
 
 * the replay of the unchanged trace reproduces each step's measured span within 2%
   (``traces[].replay_error_pct``), except the known exceptions below, each asserted as one;
@@ -27,7 +28,7 @@ from traceadvisor.report.model import Report
 from traceadvisor.trace.load import load_file
 from traceadvisor.whatif.batch import scaled_durations
 from traceadvisor.whatif.host_time import HostTimeMap, Region, process_key
-from traceadvisor.whatif.replay import replay
+from traceadvisor.whatif.replay import replay, replay_error_pct
 from traceadvisor.whatif.savings import scenario_saving
 
 MAX_REPLAY_ERROR_PCT = 2.0
@@ -57,6 +58,19 @@ def test_replay_error_within_two_percent(path: Path) -> None:
         assert err is not None and err > MAX_REPLAY_ERROR_PCT, f"{key} now replays within 2%: drop its exception"
         pytest.xfail(KNOWN_REPLAY_ERRORS[key])
     assert err is None or err <= MAX_REPLAY_ERROR_PCT, f"{key}: replay error {err:.2f}%"
+
+
+# The GPU pairs' other runs (fixtures/pairs12_runs/run_N/traces/): the replay alone (a whole analysis
+# of each of the 150-odd would add minutes to the suite for findings the main fixture's traces
+# already cover). fixtures/wrapper_length/'s traces have no steps (two forwards, no schedule).
+RUN_TRACES = sorted((FIXTURE_TRACES.parent / "pairs12_runs").glob("run_*/traces/*.json.gz"))
+
+
+@pytest.mark.parametrize("path", RUN_TRACES, ids=[str(p.relative_to(p.parents[2])) for p in RUN_TRACES])
+def test_other_runs_replay_within_two_percent(path: Path) -> None:
+    err = replay_error_pct(load_file(path))
+    assert err is not None, "a GPU pair's trace has steps"
+    assert err <= MAX_REPLAY_ERROR_PCT, f"replay error {err:.2f}%"
 
 
 @pytest.mark.parametrize("path", TRACES, ids=IDS)
