@@ -1,6 +1,7 @@
 """Predicted against measured, on the GPU pairs: unprofiled step times and each fix's saving.
 
     python bench/pairs_validation.py [--pairs fixtures/pairs12.json] [--variant stack] [--json OUT]
+    python bench/pairs_validation.py --all-runs [--calibrated]
 
 For every pair of ``fixtures/pairs12.json`` (captured by ``fixtures/capture_pairs.py``):
 
@@ -12,7 +13,9 @@ For every pair of ``fixtures/pairs12.json`` (captured by ``fixtures/capture_pair
   change compares time per sample.
 
 Pairs are marked ``fit`` (the profiler cost may be fitted on them) or ``validation`` (never used to fit
-anything); the summary lines give each half separately.
+anything); the summary lines give each half separately. ``--all-runs``: those counts for the main
+fixture and each run of ``fixtures/pairs12_runs/`` (their own traces; a run's pair merged into the
+main fixture is counted there once), and their totals.
 """
 
 from __future__ import annotations
@@ -150,7 +153,10 @@ def main() -> int:
         action="store_true",
         help="give each trace the unprofiled steps measured around its capture, as traceadvisor capture does",
     )
+    ap.add_argument("--all-runs", action="store_true", help="the summary counts of every run, and their totals")
     args = ap.parse_args()
+    if args.all_runs:
+        return all_runs(args.variant, args.calibrated)
     rows = validate(json.loads(args.pairs.read_text()), args.variant, args.pairs.parent / "traces", args.calibrated)
     print(
         f"{'pair':12s} {'split':10s} {'scenario':20s} | {'before µs meas/adj/pred':>30s} {'err%':>6s} | "
@@ -186,6 +192,54 @@ def main() -> int:
             )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def strictly(row: dict[str, Any]) -> bool:
+    """Within 20% of the measured saving (a fix that measured no gain: none predicted)."""
+    meas, pred = row["measured_saving_pct"], row["predicted_saving_pct"]
+    return bool(pred <= 0.5) if meas <= 0 else bool(abs(pred - meas) <= 0.2 * meas)
+
+
+def counts(name: str, split: str, c: list[int]) -> str:
+    return f"{name:28s} {split:10s} {c[0]:>8d} of {c[1]:<5d} {c[2]:>10d} of {c[4]:<5d} {c[3]:>5d} of {c[4]:<5d}"
+
+
+def all_runs(variant: str, calibrated: bool) -> int:
+    """Per run and in total, per half: unprofiled steps within 10%, savings strictly within 20%, savings right."""
+    runs = sorted((ROOT / "fixtures" / "pairs12_runs").glob("run_*/pairs12.json"))
+    files = [ROOT / "fixtures" / "pairs12.json", *runs]
+    totals: dict[str, list[int]] = {}
+    print(f"{'run':28s} {'half':10s} {'steps within 10%':>17s} {'savings within 20%':>19s} {'savings right':>14s}")
+    main = json.loads(files[0].read_text())["pairs"]
+    for path in files:
+        doc = json.loads(path.read_text())
+        if path != files[0]:
+            # a run whose pairs were merged into the main fixture holds the same capture: counted there
+            doc["pairs"] = {
+                name: p
+                for name, p in doc["pairs"].items()
+                if p.get("status") != "ok" or main.get(name, {}).get("before_step_us") != p["before_step_us"]
+            }
+        rows = validate(doc, variant, path.parent / "traces", calibrated)
+        for split in ("fit", "validation"):
+            mine = [r for r in rows if r["split"] == split]
+            errs = [abs(r[f"{s}_error_pct"]) for r in mine for s in ("before", "after") if f"{s}_error_pct" in r]
+            judged = [r for r in mine if r["right"] is not None]
+            if not errs and not judged:
+                continue
+            got = [
+                sum(e <= 10 for e in errs),
+                len(errs),
+                sum(map(strictly, judged)),
+                sum(r["right"] for r in judged),
+                len(judged),
+            ]
+            totals[split] = [a + b for a, b in zip(totals.get(split, [0] * 5), got, strict=True)]
+            name = str(path.parent.relative_to(ROOT)) if path.parent.name.startswith("run_") else "fixtures (main)"
+            print(counts(name, split, got))
+    for split, t in totals.items():
+        print(counts("total", split, t))
     return 0
 
 
