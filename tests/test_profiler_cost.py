@@ -15,6 +15,7 @@ from traceadvisor.whatif.profiler_cost import (
     calibration,
     event_counts,
     measured_unprofiled_ns,
+    own_step_work,
     unprofiled_overrides,
 )
 from traceadvisor.whatif.replay import replay
@@ -136,3 +137,38 @@ def test_calibration_keeps_the_bundled_costs_where_the_measured_step_is_no_short
     assert calibration(trace) == 1.0
     s = scenario_saving(trace, "pad-gemm")
     assert abs(s.share_pct - measured_pct) <= 0.2 * measured_pct, (s.share_pct, measured_pct)
+
+
+def test_the_profilers_own_step_work_is_taken_out_whole() -> None:
+    """prof.step()'s own Python (torch/profiler/profiler.py ``step``) never runs without the profiler:
+    with stacks its frames are taken out whole; in p12_item_gpu_before it runs right after the
+    ``.item()`` returns, so the GPU waited for it too, and keeping it overstated the no-sync saving."""
+    path = FIXTURE_TRACES / "p12_item_gpu_before_stack.json.gz"
+    raw = [
+        e
+        for e in _raw(path)
+        if e.get("ph") == "X"
+        and str(e.get("name", "")).startswith("torch/profiler/profiler.py(")
+        and str(e.get("name", "")).endswith("): step")
+    ]
+    trace = load_file(path)
+    regions = own_step_work(trace)
+    assert len(regions) == len(raw) >= 2
+    spans = sorted(r.end_ns - r.start_ns for r in regions)
+    assert spans == sorted(round(float(e["dur"]) * 1000) for e in raw)  # type: ignore[arg-type]
+    assert all(r.keep_ns == 0 for r in regions) and min(spans) > 50_000
+    removed = unprofiled_overrides(trace).host_removed
+    assert set(removed.regions) >= set(regions)
+
+
+def test_without_stacks_the_gaps_between_profiler_steps_are_its_own_work() -> None:
+    """Without stacks the call is not recorded; the part of it between one ProfilerStep#N record's
+    end and the next one's start is what the trace shows of it."""
+    trace = load_file(FIXTURE_TRACES / "p12_gpt_compile_after_nostack.json.gz")
+    assert not len(trace.frames)
+    host = trace.host
+    steps = host[host["name"].astype(str).str.startswith("ProfilerStep#")].sort_values("ts_ns")
+    gaps = (steps["ts_ns"].to_numpy()[1:] - steps["end_ns"].to_numpy()[:-1]).tolist()
+    regions = own_step_work(trace)
+    assert sorted(r.end_ns - r.start_ns for r in regions) == sorted(g for g in gaps if g > 0)
+    assert regions and all(r.keep_ns == 0 for r in regions)

@@ -246,7 +246,7 @@ def runs_compiled(trace: Trace) -> bool:
 # compiled backward adds the wrapper's Python on top. Fitted by bench/fit_compile_launch.py on the
 # fit pairs mlp_compile and tfm_compile (trainers: both kinds) and mlp_infer_compile (inference:
 # forward only), both capture variants, and nothing else.
-COMPILED_HOST_PER_LAUNCH = 0.82
+COMPILED_HOST_PER_LAUNCH = 0.84
 COMPILED_HOST_PER_LAUNCH_BACKWARD = 1.18
 # The memsets eager kernels launch inside a compiled graph (zero-fills before accumulating:
 # LayerNorm's weight gradients, split-K GEMMs, embedding backward) go with it: Inductor's
