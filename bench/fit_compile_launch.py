@@ -11,7 +11,7 @@ scenario replayed on the BEFORE trace) best match the measured ones, minimising 
 relative error by alternating scans of each over 0.02-2.40 in steps of 0.02 until neither moves.
 ``--one-share``: one value for both (the model before the split), for comparison; ``--calibrated``:
 each trace given the unprofiled steps timed around its capture, as ``traceadvisor capture`` stores
-them (the shares come out at 0.84 and 1.16 that way, against 0.82 and 1.18). The validation
+them (the shares come out at 0.84 and 1.18 that way too). The validation
 pairs (storm_compile, gpt_compile, tfm_infer_compile) are printed with the fitted values, never used.
 """
 

@@ -17,9 +17,9 @@ where the cost of each call in Inductor's generated wrapper grows with its posit
 of real bytecode each), or the gaps' fitted slope times each call's position; either with one cost
 ``F`` for every Python frame inside the wrapper, chosen on the compile fit pairs' compiled stack
 traces and checked on the validation pairs'. Not kept: the best cost is 0 (the frames' hooks are
-what the gaps hold), which still leaves the other compiled pairs 10-43% under and storm_compile 37%
+what the gaps hold), which still leaves the other compiled pairs 4-37% under and storm_compile 39%
 over, and breaks the one short wrapper among the fit pairs (elementwise's compiled side, one kernel a
-step, whose nested frames' costs are real: +9% becomes +68%). ``launch-constant``: Inductor's launch records at one
+step, whose nested frames' costs are real: +6% becomes +110%). ``launch-constant``: Inductor's launch records at one
 fitted constant instead of a multiple of their recorded duration (what the tool does), on the
 compiled traces recorded without stacks. Both print the unprofiled step's error against the steps
 timed around each capture. Nothing here changes the tool: each model is patched in for the run, then

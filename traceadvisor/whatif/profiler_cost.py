@@ -77,9 +77,9 @@ class ProfilerCost:
     duration (ns of cost per ns recorded). An Inductor launch record with shapes lasts 9-12 µs in an
     inference forward and 15-22 µs in a trainer's backward (more arguments to record, a slower
     moment of the host): against the steps timed around the captures, one constant fitted on the
-    compile fit pairs' compiled traces left them at +41/+16/-24%, the multiple of each record's
-    duration at +16/-2/-12%, and the validation pairs' compiled traces at -16/-6/-9% (the
-    microbenchmark's constant, 35 µs: -18/-45/-73%; ``python bench/rejected_models.py launch-constant``)."""
+    compile fit pairs' compiled traces left them at +42/+17/-23%, the multiple of each record's
+    duration at +17/-1/-13%, and the validation pairs' compiled traces at -15/-7/-11% (the
+    microbenchmark's constant, 35 µs: -19/-47/-75%; ``python bench/rejected_models.py launch-constant``)."""
 
     ns: dict[str, float]
     fitted: dict[str, Any]
