@@ -100,12 +100,6 @@ class ProfilerCost:
         )
 
 
-def event_kinds(trace: Trace) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int8]]:
-    """Every recorded host event as (thread key, start ns, kind index into KINDS)."""
-    threads, ts, kinds, _ = recorded_events(trace)
-    return threads, ts, kinds
-
-
 def recorded_events(
     trace: Trace,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int8], npt.NDArray[np.int64]]:
@@ -155,7 +149,7 @@ def _durations(table: Any) -> npt.NDArray[np.int64]:
 
 def event_counts(trace: Trace) -> dict[str, int]:
     """How many events of each kind the trace recorded."""
-    _, _, kinds = event_kinds(trace)
+    kinds = recorded_events(trace)[2]
     return {k: int((kinds == i).sum()) for i, k in enumerate(KINDS)}
 
 
