@@ -1,6 +1,11 @@
 """Fit the compile scenario's host cost per launched kernel (shares of eager's) on its fit pairs.
 
-    python bench/fit_compile_launch.py [--pairs fixtures/pairs12.json] [--keep-memsets] [--one-share]
+    python bench/fit_compile_launch.py [--pairs FILE ...] [--keep-memsets] [--one-share]
+
+By default on runs 14 (stack) and 15 (nostack) of ``fixtures/pairs12_runs/``, the first timed with
+CUPTI detached after each capture: earlier runs timed every pair after the first with CUPTI's
+callbacks on, which made the eager side of each compile pair slower than it runs (its many launches
+each paid them) and its measured saving larger (fixtures/traces/PROVENANCE.md).
 
 ``traceadvisor.whatif.scenarios.COMPILED_HOST_PER_LAUNCH`` (launches from the step's own thread: the
 forward) and ``COMPILED_HOST_PER_LAUNCH_BACKWARD`` (the autograd engine's threads) are the ``compile``
@@ -36,28 +41,31 @@ VALIDATION = ("storm_compile", "gpt_compile", "tfm_infer_compile")
 SHARES = [step / 50.0 for step in range(1, 121)]
 
 
-# file name -> the unprofiled steps timed around its capture, given to the trace with --calibrated
-MEASURED: dict[str, list[float]] = {}
+RUNS = ROOT / "fixtures" / "pairs12_runs"
+DEFAULT_PAIRS = [RUNS / "run_14" / "pairs12.json", RUNS / "run_15" / "pairs12.json"]
+
+# trace path -> the unprofiled steps timed around its capture, given to the trace with --calibrated
+MEASURED: dict[Path, list[float]] = {}
 
 
 @functools.cache
-def _trace(name: str) -> Trace:
-    trace = load_file(ROOT / "fixtures" / "traces" / name)
-    if name in MEASURED:  # what traceadvisor capture stores: the replay calibrates to it
-        trace.meta.traceadvisor = {"unprofiled_step_us": MEASURED[name]}
+def _trace(path: Path) -> Trace:
+    trace = load_file(path)
+    if path in MEASURED:  # what traceadvisor capture stores: the replay calibrates to it
+        trace.meta.traceadvisor = {"unprofiled_step_us": MEASURED[path]}
     return trace
 
 
-def predicted_pct(trace_name: str, forward: float, backward: float) -> float:
+def predicted_pct(path: Path, forward: float, backward: float) -> float:
     scenarios.COMPILED_HOST_PER_LAUNCH = forward
     scenarios.COMPILED_HOST_PER_LAUNCH_BACKWARD = backward
-    trace = _trace(trace_name)
+    trace = _trace(path)
     return saving_of(trace, "compile", scenarios.compiled(trace)).share_pct
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12.json")
+    ap.add_argument("--pairs", type=Path, action="append", help="a pairs file (repeatable); default: runs 14 and 15")
     ap.add_argument("--keep-memsets", action="store_true", help="the alternative: fit with COMPILED_DROPS_MEMSETS off")
     ap.add_argument("--one-share", action="store_true", help="one share for forward and backward launches")
     ap.add_argument(
@@ -65,20 +73,22 @@ def main() -> int:
     )
     args = ap.parse_args()
     scenarios.COMPILED_DROPS_MEMSETS = not args.keep_memsets
-    pairs = json.loads(args.pairs.read_text())["pairs"]
-    if args.calibrated:
-        MEASURED.update(
-            (rec["file"], rec["adjacent_unprofiled_us"]["repeats"])
-            for p in pairs.values()
-            for rec in p.get("traces", {}).values()
-            if rec.get("adjacent_unprofiled_us")
-        )
-    fit = [
-        (rec["file"], pairs[n]["measured_saving_pct"])
-        for n in FIT
-        for k, rec in pairs[n]["traces"].items()
-        if k.startswith("before")
-    ]
+    # (pair, trace key, trace path, the measured saving of the run that captured it)
+    rows: list[tuple[str, str, Path, float]] = []
+    for file in args.pairs or DEFAULT_PAIRS:
+        pairs = json.loads(file.read_text())["pairs"]
+        traces = file.resolve().parent / "traces"
+        for n in FIT + VALIDATION:
+            p = pairs.get(n, {})
+            if p.get("status") != "ok":
+                continue
+            for k, rec in p["traces"].items():
+                if not k.startswith("before"):
+                    continue
+                if args.calibrated and rec.get("adjacent_unprofiled_us"):
+                    MEASURED[traces / rec["file"]] = rec["adjacent_unprofiled_us"]["repeats"]
+                rows.append((n, k, traces / rec["file"], p["measured_saving_pct"]))
+    fit = [(path, m) for n, _, path, m in rows if n in FIT]
 
     def error(forward: float, backward: float) -> float:
         return sum(((predicted_pct(f, forward, backward) - m) / m) ** 2 for f, m in fit)
@@ -99,14 +109,11 @@ def main() -> int:
         f"COMPILED_HOST_PER_LAUNCH = {f:.2f}, COMPILED_HOST_PER_LAUNCH_BACKWARD = {b:.2f} "
         f"(memsets dropped: {drops}; summed squared error {error(f, b):.4f})"
     )
-    for names, split in ((FIT, "fit"), (VALIDATION, "validation")):
-        for n in names:
-            for k, rec in pairs[n]["traces"].items():
-                if k.startswith("before"):
-                    p = predicted_pct(rec["file"], f, b)
-                    m = pairs[n]["measured_saving_pct"]
-                    err = (p - m) / m * 100
-                    print(f"{n:14s} {split:10s} {k:15s} measured {m:5.1f}%  predicted {p:5.1f}%  error {err:+6.1f}%")
+    for n, k, path, m in sorted(rows, key=lambda r: (r[0] not in FIT, r[0], r[1])):
+        split = "fit" if n in FIT else "validation"
+        p = predicted_pct(path, f, b)
+        err = (p - m) / m * 100
+        print(f"{n:17s} {split:10s} {k:15s} measured {m:5.1f}%  predicted {p:5.1f}%  error {err:+6.1f}%")
     return 0
 
 

@@ -1,10 +1,18 @@
 """Fit the profiler's host cost per event kind on the ``fit`` half of the GPU pairs.
 
-    python bench/fit_profiler_cost.py [--pairs fixtures/pairs12.json] [--write]
+    python bench/fit_profiler_cost.py [--pairs FILE ...] [--write]
+
+By default on runs 14 (stack traces) and 15 (nostack traces) of ``fixtures/pairs12_runs/``: the first
+runs timed with CUPTI detached after each capture. Every earlier run (and the main fixture,
+``fixtures/pairs12.json``) timed each pair after its first with CUPTI still attached, its callbacks
+slowing every unprofiled round of a host-bound program (fixtures/traces/PROVENANCE.md).
 
 Each profiled trace of a ``fit`` pair (both sides, every capture variant) is one equation: its
 unprofiled replay's step time (``traceadvisor.whatif.profiler_cost``) must equal the step time the
-same program ran at without the profiler (CUDA events, median of interleaved rounds). The step time
+same program ran at without the profiler (CUDA events, the rounds right before and after its
+capture), with every cost scaled by the trace's host speed (its median kernel-launch call against
+the fit traces' median, ``profiler_cost.host_speed``: the host's speed drifts 1.5-2.5x between
+captures seconds apart, and the profiler's costs are host instructions). The step time
 is a piecewise-linear function of the per-kind costs (linear while the host is the bottleneck, flat
 once the GPU is), so the fit is Gauss-Newton on relative errors with a numeric Jacobian from the
 replay itself, each step a non-negative least squares (costs cannot be negative). Kinds that no fit
@@ -24,13 +32,29 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "fixtures" / "traces"
+RUNS = ROOT / "fixtures" / "pairs12_runs"
+DEFAULT_PAIRS = [RUNS / "run_14" / "pairs12.json", RUNS / "run_15" / "pairs12.json"]
+
 sys.path.insert(0, str(ROOT))
 
 from traceadvisor.trace.load import load_file  # noqa: E402
 from traceadvisor.trace.model import Trace  # noqa: E402
-from traceadvisor.whatif.profiler_cost import KINDS, ProfilerCost, event_counts, unprofiled_overrides  # noqa: E402
+from traceadvisor.whatif.profiler_cost import (  # noqa: E402
+    KINDS,
+    ProfilerCost,
+    event_counts,
+    host_speed,
+    median_launch_ns,
+    unprofiled_overrides,
+)
 from traceadvisor.whatif.replay import replay  # noqa: E402
 from traceadvisor.whatif.scenarios import runs_compiled, step_time_ns  # noqa: E402
+
+
+def traces_dir(pairs_file: Path) -> Path:
+    """Where a pairs file's traces are: the main fixture's in fixtures/traces, a run's beside it (run_N/traces)."""
+    return pairs_file.resolve().parent / "traces"
 
 # Fit pairs the profiler cost is not fitted on. mlp_compile (the compile scenario's fit pair, added
 # in the session that built it) records torch.compile'd code with stacks: refitted with it, the
@@ -45,7 +69,7 @@ HELD_OUT = frozenset({"mlp_compile", "tfm_compile", "mlp_infer_compile"})
 
 
 def traces_of(
-    pairs: dict[str, Any], split: str | None, reference: str = "adjacent"
+    pairs: dict[str, Any], split: str | None, reference: str = "adjacent", traces: Path = TRACES
 ) -> list[tuple[str, str, Trace, float]]:
     """(pair, side_variant, trace, measured unprofiled step ns) for every trace of the split's ok pairs.
 
@@ -57,7 +81,7 @@ def traces_of(
         if p.get("status") != "ok" or (split and p.get("split") != split) or name in HELD_OUT:
             continue
         for key, rec in p["traces"].items():
-            trace = load_file(ROOT / "fixtures" / "traces" / rec["file"])
+            trace = load_file(traces / rec["file"])
             out.append((name, key, trace, measured_ns(p, key, reference)))
     return out
 
@@ -73,7 +97,11 @@ def measured_ns(pair: dict[str, Any], key: str, reference: str) -> float:
 # An annotation (record_function, ProfilerStep#N) is one RecordFunction like an op recorded without
 # shapes: the same callback path, so it shares that cost rather than getting a free parameter (too
 # few annotations per step to identify one: fitted freely it soaked up each pair's noise).
-TIED = {"annotation": "op", "step": "op"}
+# An op recorded without shapes is the same record less the shapes copied: tied to the op with
+# shapes (an upper bound), since the clean pairs record every op with shapes (stack and nostack
+# traces) and the few records without (Dynamo's wrapper records in compiled code) cannot pin it down:
+# fitted freely on them it took 39 µs. Resolved in order: op first, then what is tied to it.
+TIED = {"op": "op_shapes", "annotation": "op", "step": "op"}
 # Costs taken from the microbenchmark, never fitted on the pairs: the runtime call (in the pairs
 # every runtime call comes with its op, and fitted freely the two traded off) and Inductor's launch
 # records (only the compiled side of one fit pair has a few: the pairs cannot pin them down).
@@ -88,15 +116,32 @@ PER_RECORDED_START = 1.5
 
 
 def tied(ns: dict[str, float]) -> dict[str, float]:
-    return dict(ns, **{k: ns[v] for k, v in TIED.items()})
+    out = dict(ns)
+    for k, v in TIED.items():
+        out[k] = out[v]
+    return out
+
+
+# The fit traces' median kernel-launch call (ns): each trace's costs are scaled by its host's speed
+# against it (profiler_cost.host_speed), as the tool does for a trace without measured steps.
+REFERENCE: dict[str, float | None] = {"launch_ns": None}
 
 
 def predict(trace: Trace, ns: dict[str, float], per: dict[str, float] | None = None) -> float:
     cost = ProfilerCost(tied(ns), {}, dict(per or {}))
+    cost = cost.at_host_speed(host_speed(trace, REFERENCE["launch_ns"]))
     return step_time_ns(replay(trace, unprofiled_overrides(trace, cost)))
 
 
-def compiled_rows(pairs: dict[str, Any], reference: str = "adjacent") -> list[tuple[str, str, Trace, float]]:
+def reference_launch_ns(rows: list[tuple[str, str, Trace, float]]) -> float | None:
+    """The median over the fit traces of each one's median kernel-launch call."""
+    values = [m for _, _, t, _ in rows if (m := median_launch_ns(t)) is not None]
+    return float(np.median(values)) if values else None
+
+
+def compiled_rows(
+    pairs: dict[str, Any], reference: str = "adjacent", traces: Path = TRACES
+) -> list[tuple[str, str, Trace, float]]:
     """The traces of the held-out (compile) fit pairs that run compiled code, recorded without stacks."""
     rows = []
     for name in sorted(HELD_OUT):
@@ -106,7 +151,7 @@ def compiled_rows(pairs: dict[str, Any], reference: str = "adjacent") -> list[tu
         for key, rec in p["traces"].items():
             if rec.get("flags", {}).get("with_stack"):
                 continue
-            trace = load_file(ROOT / "fixtures" / "traces" / rec["file"])
+            trace = load_file(traces / rec["file"])
             if runs_compiled(trace):
                 rows.append((name, key, trace, measured_ns(p, key, reference)))
     return rows
@@ -236,7 +281,13 @@ def microbench_costs(path: Path) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12.json")
+    ap.add_argument(
+        "--pairs",
+        type=Path,
+        action="append",
+        help="a pairs file (repeatable; its traces in the traces/ folder beside it); default: runs 14 and 15, "
+        "the first timed with CUPTI detached after each capture (fixtures/traces/PROVENANCE.md)",
+    )
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--reference", choices=("adjacent", "pair"), default="adjacent")
     ap.add_argument(
@@ -246,8 +297,12 @@ def main() -> int:
         help="the interleaved microbenchmark (fixtures/profiler_cost_bench.py) that fixes the runtime-call cost",
     )
     args = ap.parse_args()
-    pairs = json.loads(args.pairs.read_text())
-    rows = traces_of(pairs, "fit", args.reference)
+    files = args.pairs or DEFAULT_PAIRS
+    docs = [json.loads(f.read_text()) for f in files]
+    rows = [r for f, d in zip(files, docs, strict=True) for r in traces_of(d, "fit", args.reference, traces_dir(f))]
+    REFERENCE["launch_ns"] = reference_launch_ns(rows)
+    print(f"host speed reference: median kernel-launch call {REFERENCE['launch_ns']} ns over the fit traces")
+    pairs = docs[0]
     t0 = time.monotonic()
     # The runtime-call cost comes from the microbenchmark, where a CUDA op and the same op on the CPU
     # differ by that call alone; in the pairs every runtime call comes with its op, and fitted freely
@@ -257,7 +312,7 @@ def main() -> int:
     # The eager kinds on the fit pairs, then the launch records' multiple on the compiled traces with
     # those fixed, alternately until the multiple settles (the elementwise pair's compiled side has a
     # few launch records, the compiled traces many eager ops).
-    crows = compiled_rows(pairs, args.reference)
+    crows = [r for f, d in zip(files, docs, strict=True) for r in compiled_rows(d, args.reference, traces_dir(f))]
     per = dict.fromkeys(PER_RECORDED, PER_RECORDED_START)
     for _ in range(4):
         ns, unseen = fit(rows, fixed={k: base[k] for k in FROM_MICROBENCH}, per=per)
@@ -267,6 +322,14 @@ def main() -> int:
         print(f"launch records: {k:.3f} x their recorded duration", flush=True)
         if settled:
             break
+    carried = {}
+    if unseen:
+        # a kind no fit trace recorded (memory events: the clean runs have no profile_memory traces)
+        # keeps the cost it was last fitted at, rather than none
+        before = json.loads((ROOT / "traceadvisor" / "whatif" / "profiler_cost.json").read_text())["ns_per_event"]
+        carried = {k: float(before.get(k, 0.0)) for k in unseen}
+        ns.update(carried)
+        print("not fitted (no fit trace recorded them), kept at their last fitted cost: " + str(carried))
     print(f"\nfitted on {len(rows)} traces of {len({r[0] for r in rows})} pairs in {time.monotonic() - t0:.0f} s")
     print(f"{'pair':12s} {'trace':16s} {'measured µs':>12s} {'predicted µs':>12s} {'error %':>8s}")
     errs = []
@@ -282,21 +345,21 @@ def main() -> int:
         print(f"{name:12s} {key:16s} {measured / 1e3:12.1f} {p / 1e3:12.1f} {cerrs[-1]:8.1f}")
     print("costs (ns per event): " + ", ".join(f"{k} {v:.0f}" for k, v in ns.items()))
     print("costs (ns per recorded ns): " + ", ".join(f"{k} {v:.3f}" for k, v in per.items()))
-    if unseen:
-        print("not fitted (no fit trace recorded them, left at 0): " + ", ".join(unseen))
     if args.write:
         doc = {
             "ns_per_event": {k: round(v, 1) for k, v in ns.items()},
             "per_recorded_ns": per,
+            "reference_launch_ns": REFERENCE["launch_ns"],
             "fitted": {
                 "script": "bench/fit_profiler_cost.py",
-                "pairs_file": "fixtures/pairs12.json",
+                "pairs_files": [str(f.resolve().relative_to(ROOT)) for f in files],
                 "pairs": sorted({r[0] for r in rows}),
                 "traces": len(rows),
                 "reference": args.reference,
                 "fixed_from_microbench": {k: round(base[k], 1) for k in FROM_MICROBENCH},
                 "microbench": "fixtures/profiler_cost_bench.json",
                 "not_fitted": unseen,
+                "not_fitted_kept_from": "the previous fit (fixtures/pairs12.json, CUPTI left attached)",
                 "per_recorded": {
                     "kinds": list(PER_RECORDED),
                     "overrides": "ns_per_event for these kinds (kept: the microbenchmark's constant)",

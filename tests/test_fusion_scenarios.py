@@ -1,5 +1,5 @@
 """The fusion what-if scenarios (traceadvisor/whatif/fusion.py) and the rules that report them, on
-the real H100 pairs of fixtures/pairs12.json: each scenario's replayed saving on the BEFORE trace
+the real H100 pairs of runs 14 and 15 (fixtures/pairs12_runs/): each scenario's replayed saving on the BEFORE trace
 against the saving measured without the profiler, the rules firing on the before traces and silent
 on the after traces, and the cross-entropy fix claiming nothing where it measured slower."""
 
@@ -15,15 +15,18 @@ from traceadvisor.trace.model import Trace
 from traceadvisor.whatif import fusion
 from traceadvisor.whatif.savings import Saving, scenario_saving
 
-FIXTURES, PAIRS = gpu_pairs.FIXTURES, gpu_pairs.PAIRS
+# Runs 14 (stack) and 15 (nostack): the savings here are held to measured ones, which the main
+# fixture timed with CUPTI left attached (tests/gpu_pairs.py).
+FIXTURES = gpu_pairs.FIXTURES
+PAIRS = gpu_pairs.CLEAN_PAIRS
 
 
 def _trace(name: str) -> Trace:
-    return gpu_pairs.trace(f"p12_{name}")
+    return gpu_pairs.clean_trace(f"p12_{name}")
 
 
 def _findings(rule: str, name: str) -> tuple[Finding, ...]:
-    return gpu_pairs.findings(rule, f"p12_{name}")
+    return gpu_pairs.clean_findings(rule, f"p12_{name}")
 
 
 def _saving(name: str, scenario: str) -> Saving:
@@ -43,7 +46,7 @@ CLAIMED = [
 
 @pytest.mark.parametrize(("pair", "variant", "scenario"), CLAIMED, ids=[c[0] for c in CLAIMED])
 def test_replayed_saving_within_20_pct_of_measured(pair: str, variant: str, scenario: str) -> None:
-    rec = PAIRS[pair]
+    rec = gpu_pairs.clean_pair(pair, variant.split("_")[1])
     assert rec["scenario"] == scenario
     measured = rec["measured_saving_pct"]
     s = _saving(f"{pair}_{variant}", scenario)
@@ -51,10 +54,18 @@ def test_replayed_saving_within_20_pct_of_measured(pair: str, variant: str, scen
     assert abs(s.share_pct - measured) <= 0.2 * measured, (s.share_pct, measured)
 
 
-def test_fused_cross_entropy_claims_nothing_where_it_measured_slower() -> None:
-    # gpt_loss: torch.compile of the loss measured 4.8% SLOWER; the step is host-bound (GPU work
-    # 10.3 ms of a ~21.5 ms step), so faster loss kernels are off the critical path.
-    assert PAIRS["gpt_loss"]["measured_saving_pct"] < 0
+def test_fused_cross_entropy_claims_nothing_where_it_measured_no_gain() -> None:
+    # gpt_loss: torch.compile of the loss measured no gain it can tell from noise (run 14: +6.8%,
+    # its rounds' own savings from -3.3 to +10.2% at the median's 95% interval; the main fixture,
+    # timed with CUPTI left attached: -4.8%); the step is host-bound (GPU work ~10 ms of a ~12.7 ms
+    # step), so faster loss kernels are off the critical path.
+    rounds = [
+        (b - a) / b * 100.0
+        for b, a in zip(
+            PAIRS["gpt_loss"]["before_step_us"]["repeats"], PAIRS["gpt_loss"]["after_step_us"]["repeats"], strict=True
+        )
+    ]
+    assert min(rounds) < 0 < max(rounds)
     s = _saving("gpt_loss_before_stack", "fused-cross-entropy")
     assert s.refused is None and s.changed > 0  # the scenario applied: it found the loss ...
     assert s.share_pct < 1.0  # ... and the replay says it saves (next to) nothing

@@ -178,14 +178,18 @@ def test_cuda_graphs_lists_the_finding_it_answers() -> None:
 
 def test_batch_size_is_given_per_sample() -> None:
     """A doubled batch makes the step longer and each sample cheaper: the command gives the gain per
-    sample (the pair measured 47.1% less time per sample going 16 -> 32 sequences, fixtures/pairs12.json)."""
-    trace = TRACES / "p12_gpt_batch_before_stack.json.gz"
+    sample (run 14, timed with CUPTI detached, measured 10.2% less time per sample going 16 -> 32
+    sequences; the main fixture, timed with CUPTI left attached, 47.1%: every launch of the small
+    batch's host-bound step paid CUPTI's callbacks)."""
+    run = TRACES.parent / "pairs12_runs" / "run_14"
+    trace = run / "traces" / "p12_gpt_batch_before_stack.json.gz"
     s = _by_name(_json(trace, "batch-size"))["batch-size"]
-    # host-bound: twice the GPU work under an unchanged host leaves the step about as long
-    assert s["after_step_us"] == pytest.approx(s["before_step_us"], rel=0.05)
+    # the step at batch 32: predicted from the batch-16 trace within 10% of the one measured
+    pair = json.loads((run / "pairs12.json").read_text())["pairs"]["gpt_batch"]
+    assert s["after_step_us"] == pytest.approx(pair["after_step_us"]["median"], rel=0.10)
     per_sample = (s["before_step_us"] - s["after_step_us"] / 2) / s["before_step_us"] * 100
     assert s["per_sample_saving_pct"] == pytest.approx(per_sample, abs=1e-9)
-    measured = json.loads((TRACES.parent / "pairs12.json").read_text())["pairs"]["gpt_batch"]["measured_saving_pct"]
+    measured = json.loads((run / "pairs12.json").read_text())["pairs"]["gpt_batch"]["measured_saving_pct"]
     assert abs(s["per_sample_saving_pct"] - measured) <= 0.2 * measured
     assert s["findings"] == ["RF102 batch-size"]
 

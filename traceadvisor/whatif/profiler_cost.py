@@ -18,6 +18,7 @@ cost, GPU-bound steps keep their GPU time.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from traceadvisor.whatif.scenarios import COMPILED_REGION_PREFIXES, GRAPH_LAUNCH
 KINDS = (
     "op_shapes",
     "op",
+    "autograd_node",
     "python",
     "python_builtin",
     "annotation",
@@ -51,6 +53,7 @@ KINDS = (
 KIND_HELP = {
     "op_shapes": "an op (cpu_op) recorded with its input shapes (record_shapes=True)",
     "op": "an op recorded without shapes",
+    "autograd_node": "the autograd engine's record of one backward node (autograd::engine::evaluate_function)",
     "python": "a Python function frame (with_stack=True)",
     "python_builtin": "a call of a built-in (C) function the Python tracer recorded (with_stack=True)",
     "annotation": "a record_function annotation",
@@ -67,6 +70,11 @@ KIND_HELP = {
 # CachingAutotuner.run): fixtures/profiler_cost_bench.py measures 10-23 µs per launch without shapes
 # and 33-38 µs with them, against ~3 µs for an eager op.
 INDUCTOR_LAUNCH_PREFIX = "triton_"
+# The autograd engine records each backward node it runs as one of these, around the node's ops (on
+# its own thread for CUDA work). It has no input shapes, so it would count as an op recorded without
+# them; fitted as one on the clean pairs it cost 8-14 µs a record against 2.9 for an op with shapes
+# (the engine's per-node bookkeeping under the profiler: sequence numbers, the forward op's link).
+AUTOGRAD_NODE_PREFIX = "autograd::engine::evaluate_function"
 
 
 @dataclass(frozen=True)
@@ -84,12 +92,13 @@ class ProfilerCost:
     ns: dict[str, float]
     fitted: dict[str, Any]
     per_recorded: dict[str, float] = field(default_factory=dict)
+    # the fit traces' median kernel-launch call (ns): the host speed the costs are fitted at
+    # (``host_speed``); None: the costs are used as they are
+    reference_launch_ns: float | None = None
 
     @classmethod
     def bundled(cls) -> ProfilerCost:
-        doc = json.loads(resources.files("traceadvisor.whatif").joinpath("profiler_cost.json").read_text())
-        per = {k: float(v) for k, v in doc.get("per_recorded_ns", {}).items() if k in KINDS}
-        return cls({k: float(doc["ns_per_event"][k]) for k in KINDS}, doc.get("fitted", {}), per)
+        return _bundled()
 
     def scaled(self, factor: float) -> ProfilerCost:
         """Every cost times ``factor`` (the trace's calibration)."""
@@ -97,7 +106,66 @@ class ProfilerCost:
             {k: v * factor for k, v in self.ns.items()},
             self.fitted,
             {k: v * factor for k, v in self.per_recorded.items()},
+            self.reference_launch_ns,
         )
+
+    def at_host_speed(self, speed: float) -> ProfilerCost:
+        """The per-event costs times the host's ``speed`` (``host_speed``). The per-duration costs
+        stay: a record's own duration already grew or shrank with the host."""
+        ns = {k: v * speed for k, v in self.ns.items()}
+        return ProfilerCost(ns, self.fitted, self.per_recorded, self.reference_launch_ns)
+
+    def for_trace(self, trace: Trace) -> ProfilerCost:
+        """These costs at the speed ``trace``'s host ran at while it was profiled."""
+        return self.at_host_speed(host_speed(trace, self.reference_launch_ns))
+
+
+@functools.cache
+def _bundled() -> ProfilerCost:
+    doc = json.loads(resources.files("traceadvisor.whatif").joinpath("profiler_cost.json").read_text())
+    per = {k: float(v) for k, v in doc.get("per_recorded_ns", {}).items() if k in KINDS}
+    ref = doc.get("reference_launch_ns")
+    return ProfilerCost(
+        {k: float(doc["ns_per_event"][k]) for k in KINDS},
+        doc.get("fitted", {}),
+        per,
+        float(ref) if isinstance(ref, int | float) else None,
+    )
+
+
+# Kernel launches whose recorded duration is the capture host's speed: every one does the same
+# driver work, and a host running 1.5x faster records each of them (and every op) about that much
+# shorter (storm_compile after: cudaLaunchKernel 5.2 µs in run 8 against 8.2 µs in the fixture,
+# aten::empty 3.1 against 5.5; storm before, run 14 against run 12: 5.4 against 11.4 µs). HIP's
+# launches are left out: the costs were fitted on CUDA hosts only.
+LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+# fewer launches than this say too little about the host's speed
+MIN_LAUNCHES = 100
+# a factor outside this range is another kind of machine (or runtime), not the same host's speed
+HOST_SPEED_RANGE = (0.5, 2.0)
+
+
+def median_launch_ns(trace: Trace) -> float | None:
+    """The median recorded duration of the trace's kernel-launch calls (ns); None with fewer than
+    ``MIN_LAUNCHES``."""
+    rt = trace.runtime
+    if not len(rt):
+        return None
+    launch = rt["name"].astype(str).isin(LAUNCH_CALLS).to_numpy()
+    if int(launch.sum()) < MIN_LAUNCHES:
+        return None
+    return float(np.median((rt["end_ns"] - rt["ts_ns"]).to_numpy()[launch]))
+
+
+def host_speed(trace: Trace, reference_ns: float | None) -> float:
+    """How much slower than the fit traces' host this trace's host ran while it was profiled: its
+    median kernel-launch call over ``reference_ns`` (1.0 without one of the two), clipped to
+    ``HOST_SPEED_RANGE``. The profiler's costs are host instructions, so they scale with it."""
+    here = median_launch_ns(trace)
+    if here is None or not reference_ns:
+        return 1.0
+    lo, hi = HOST_SPEED_RANGE
+    return float(np.clip(here / reference_ns, lo, hi))
 
 
 def recorded_events(
@@ -113,6 +181,8 @@ def recorded_events(
         kind = np.where(ann, KINDS.index("annotation"), np.where(shapes, KINDS.index("op_shapes"), KINDS.index("op")))
         kind = np.where(step, KINDS.index("step"), kind)
         names = host["name"].astype(str)
+        node = ~ann & names.str.startswith(AUTOGRAD_NODE_PREFIX).to_numpy()
+        kind = np.where(node, KINDS.index("autograd_node"), kind)
         launch = ~ann & names.str.startswith(INDUCTOR_LAUNCH_PREFIX).to_numpy()
         region = names.str.startswith(COMPILED_REGION_PREFIXES).to_numpy()
         kind = np.where(
@@ -216,7 +286,7 @@ def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None) -> Over
     per-node cost it adds to graph launches. Without ``cost``: the bundled costs, scaled by the
     trace's ``calibration``."""
     if cost is None:
-        cost = ProfilerCost.bundled().scaled(calibration(trace))
+        cost = ProfilerCost.bundled().for_trace(trace).scaled(calibration(trace))
     return Overrides(
         host_removed=profiler_time(trace, cost),
         host_dur_ns=graph_launch_durations(trace),
@@ -245,8 +315,9 @@ CALIBRATION_TOLERANCE = 0.05
 
 @memoised
 def calibration(trace: Trace) -> float:
-    """The factor on the bundled costs that makes the unprofiled replay match the step time measured
-    outside the profiler's window, when the trace carries one (1.0 otherwise). The step time falls
+    """The factor on the bundled costs at the trace's host speed (``ProfilerCost.for_trace``) that
+    makes the unprofiled replay match the step time measured outside the profiler's window, when
+    the trace carries one (1.0 otherwise). The step time falls
     monotonically as more host time is taken out, so a bisection over [0, 4] finds it; it stays in
     that range because a factor far outside it means the measured steps ran different work (a
     changing batch, a step marker elsewhere) and is not worth fitting."""
@@ -255,7 +326,7 @@ def calibration(trace: Trace) -> float:
         return 1.0
     from traceadvisor.whatif.scenarios import step_time_ns  # scenarios imports this module's neighbours
 
-    base = ProfilerCost.bundled()
+    base = ProfilerCost.bundled().for_trace(trace)
 
     def step(factor: float) -> float:
         return step_time_ns(replay(trace, unprofiled_overrides(trace, base.scaled(factor))))
