@@ -56,6 +56,7 @@ def traces_dir(pairs_file: Path) -> Path:
     """Where a pairs file's traces are: the main fixture's in fixtures/traces, a run's beside it (run_N/traces)."""
     return pairs_file.resolve().parent / "traces"
 
+
 # Fit pairs the profiler cost is not fitted on. mlp_compile (the compile scenario's fit pair, added
 # in the session that built it) records torch.compile'd code with stacks: refitted with it, the
 # Python frame cost doubled (3.8 µs against 1.7) because Inductor's launcher runs its slow, traced

@@ -1,9 +1,13 @@
 """Predicted against measured, on the GPU pairs: unprofiled step times and each fix's saving.
 
-    python bench/pairs_validation.py [--pairs fixtures/pairs12.json] [--variant stack] [--json OUT]
+    python bench/pairs_validation.py [--pairs FILE] [--variant stack] [--json OUT] [--calibrated]
     python bench/pairs_validation.py --all-runs [--calibrated]
 
-For every pair of ``fixtures/pairs12.json`` (captured by ``fixtures/capture_pairs.py``):
+For every pair of a pairs file (captured by ``fixtures/capture_pairs.py``; by default run 14,
+``fixtures/pairs12_runs/run_14/pairs12.json``: every pair, stack traces, and the first run whose
+unprofiled steps were timed with CUPTI detached after each capture, as the programs run without the
+profiler; ``--pairs fixtures/pairs12_runs/run_15/pairs12.json --variant nostack`` for its nostack
+traces):
 
 * the predicted unprofiled step of the before and after traces (the trace replayed without the
   profiler's host cost, ``traceadvisor.whatif.profiler_cost``) against the measured one: the pair's
@@ -15,7 +19,10 @@ For every pair of ``fixtures/pairs12.json`` (captured by ``fixtures/capture_pair
 Pairs are marked ``fit`` (the profiler cost may be fitted on them) or ``validation`` (never used to fit
 anything); the summary lines give each half separately. ``--all-runs``: those counts for the main
 fixture and each run of ``fixtures/pairs12_runs/`` (their own traces; a run's pair merged into the
-main fixture is counted there once), and their totals.
+main fixture is counted there once), and their totals apart for the runs timed with CUPTI detached
+(``teardown_cupti`` in the pairs file) and those timed with it left attached (the main fixture and runs
+up to 13: each pair after a run's first was timed with CUPTI's callbacks on every CUDA call, slower
+than it runs; fixtures/traces/PROVENANCE.md).
 """
 
 from __future__ import annotations
@@ -145,7 +152,7 @@ def fmt(v: Any, w: int = 9, d: int = 1) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12.json")
+    ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12_runs" / "run_14" / "pairs12.json")
     ap.add_argument("--variant", default="stack")
     ap.add_argument("--json", type=Path)
     ap.add_argument(
@@ -182,13 +189,19 @@ def main() -> int:
             for s in ("before", "after")
             if f"{s}_error_pct" in r
         ]
-        verdicts = [r["right"] for r in rows if r["split"] == split and r["right"] is not None]
+        judged = [r for r in rows if r["split"] == split and r["right"] is not None]
+        verdicts = [r["right"] for r in judged]
         if errs:
             errs.sort()
             print(
                 f"{split}: unprofiled step |error| median {errs[len(errs) // 2]:.1f}%, max {errs[-1]:.1f}% "
                 f"({sum(e <= 10 for e in errs)}/{len(errs)} within 10%)"
-                + (f"; savings right (within 20% or the 95% CI): {sum(verdicts)}/{len(verdicts)}" if verdicts else "")
+                + (
+                    f"; savings within 20%: {sum(map(strictly, judged))}/{len(judged)}, right (within 20% or the "
+                    f"95% CI): {sum(verdicts)}/{len(verdicts)}"
+                    if verdicts
+                    else ""
+                )
             )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
@@ -202,7 +215,7 @@ def strictly(row: dict[str, Any]) -> bool:
 
 
 def counts(name: str, split: str, c: list[int]) -> str:
-    return f"{name:28s} {split:10s} {c[0]:>8d} of {c[1]:<5d} {c[2]:>10d} of {c[4]:<5d} {c[3]:>5d} of {c[4]:<5d}"
+    return f"{name:42s} {split:10s} {c[0]:>8d} of {c[1]:<5d} {c[2]:>10d} of {c[4]:<5d} {c[3]:>5d} of {c[4]:<5d}"
 
 
 def all_runs(variant: str, calibrated: bool) -> int:
@@ -210,7 +223,7 @@ def all_runs(variant: str, calibrated: bool) -> int:
     runs = sorted((ROOT / "fixtures" / "pairs12_runs").glob("run_*/pairs12.json"))
     files = [ROOT / "fixtures" / "pairs12.json", *runs]
     totals: dict[str, list[int]] = {}
-    print(f"{'run':28s} {'half':10s} {'steps within 10%':>17s} {'savings within 20%':>19s} {'savings right':>14s}")
+    print(f"{'run':42s} {'half':10s} {'steps within 10%':>17s} {'savings within 20%':>19s} {'savings right':>14s}")
     main = json.loads(files[0].read_text())["pairs"]
     for path in files:
         doc = json.loads(path.read_text())
@@ -235,11 +248,14 @@ def all_runs(variant: str, calibrated: bool) -> int:
                 sum(r["right"] for r in judged),
                 len(judged),
             ]
-            totals[split] = [a + b for a, b in zip(totals.get(split, [0] * 5), got, strict=True)]
+            group = "detached" if doc.get("teardown_cupti") == "1" else "attached"
+            key = f"{group} {split}"
+            totals[key] = [a + b for a, b in zip(totals.get(key, [0] * 5), got, strict=True)]
             name = str(path.parent.relative_to(ROOT)) if path.parent.name.startswith("run_") else "fixtures (main)"
-            print(counts(name, split, got))
-    for split, t in totals.items():
-        print(counts("total", split, t))
+            print(counts(f"{name} ({group})", split, got))
+    for key, t in sorted(totals.items()):
+        group, split = key.split()
+        print(counts(f"total, CUPTI {group}", split, t))
     return 0
 
 

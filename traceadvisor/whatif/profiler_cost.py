@@ -8,12 +8,14 @@ shapes; a Python frame is only a frame hook), so one constant per event is wrong
 constant the rules used before (3 µs) made a gap holding 1,357 Python frames look entirely made of
 profiler time.
 
-The costs below are fitted by ``bench/fit_profiler_cost.py`` on the ``fit`` half of the GPU pairs in
-``fixtures/pairs12.json`` (profiled traces against the same program's step time measured without
-the profiler) and stored in ``profiler_cost.json`` beside this file; the other half of the pairs is
-the validation the README reports. The unprofiled replay takes each event's cost out of its
-thread's timeline (``host_time.point_costs``): host-bound steps shrink by what their recorded events
-cost, GPU-bound steps keep their GPU time.
+The costs below are fitted by ``bench/fit_profiler_cost.py`` on the ``fit`` half of the GPU pairs of
+runs 14 and 15 (``fixtures/pairs12_runs/``: profiled traces against the same program's step time
+measured without the profiler, with CUPTI detached after each capture) and stored in
+``profiler_cost.json`` beside this file; the other half of the pairs is the validation the README
+reports. Each trace's costs are scaled by its host's speed while it was profiled (``host_speed``).
+The unprofiled replay takes each event's cost out of its thread's timeline
+(``host_time.point_costs``): host-bound steps shrink by what their recorded events cost, GPU-bound
+steps keep their GPU time.
 """
 
 from __future__ import annotations
