@@ -222,3 +222,27 @@ def test_the_predicted_step_says_what_it_rests_on(trace_name: str, basis: str, c
     assert ("calibrated to the steps timed without it" in line) == (basis == "calibrated")
     assert ("uncalibrated: torch.compile'd code recorded with stacks" in line) == caveat
     assert StepTime.from_dict(st.to_dict()) == st
+
+
+def test_steps_run_with_cupti_still_attached_are_not_the_programs_step_time() -> None:
+    """After a CUDA trace, Kineto leaves CUPTI attached unless TEARDOWN_CUPTI was "1" when the trace
+    ended, and its callbacks slow every CUDA call with the profiler off (the GPU pairs: a per-parameter
+    AdamW step 9.1 ms detached against 12.7 and 14.6 ms attached). The wait steps between two cycles
+    of a repeat schedule are such steps: counted apart, never as step times."""
+    from traceadvisor.capture.unprofiled import UnprofiledSteps
+
+    u = UnprofiledSteps("capture")
+    clock = iter(range(0, 10**9, 1000))
+    for step in (1, 2):  # before any trace: the program's own speed
+        u.boundary(step, True, next(clock), next(clock))
+    u.trace_ended(profiles_cuda=True, teardown_env=None)  # a first cycle ends, CUPTI stays attached
+    for step in (5, 6):
+        u.boundary(step, True, next(clock), next(clock))
+    u.trace_ended(profiles_cuda=True, teardown_env="1")  # the last cycle detaches it
+    u.boundary(9, True, next(clock), next(clock))
+    u.trace_ended(profiles_cuda=False, teardown_env=None)  # a CPU-only trace attaches nothing
+    u.boundary(10, True, next(clock), next(clock))
+    key = u.key([3, 4, 7, 8])
+    assert key["unprofiled_steps"] == [2, 9, 10]  # step 1 began at the program's start: never timed
+    assert key["cupti_attached_steps"] == [5, 6]
+    assert key["unprofiled_step_us"] == [1.0, 1.0, 1.0]

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from traceadvisor.advisor.backend import Backend, Outcome, ProcessBackend, ThreadBackend
 from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import ConsoleSink, TensorBoardSink
+from traceadvisor.capture import cupti
 from traceadvisor.capture.export import export_chrome_json
 from traceadvisor.capture.runinfo import trace_path
 from traceadvisor.capture.sync_sites import SyncSiteRecorder, profiler_recording
@@ -208,6 +209,7 @@ class Advisor:
                 return
             if self.hook_step:
                 self._hook(prof)
+            self.unprofiled.trace_ended(cupti.profiles_cuda(prof), os.environ.get(cupti.ENV))
             self.cycles += 1
             rank = self.rank if self.rank is not None else detect_rank()
             # cycle<N>/rank<R>.json.gz: the names capture gives its traces too (one function decides both).

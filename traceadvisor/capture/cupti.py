@@ -60,4 +60,9 @@ def _profiles_cuda(prof: Any) -> bool:
     return any(getattr(a, "name", None) == "CUDA" for a in getattr(prof, "activities", ()) or ())
 
 
-__all__ = ["ENV", "cuda_at_least", "last_cycle_ending", "teardown_when_trace_ends"]
+def profiles_cuda(prof: Any) -> bool:
+    """Does ``prof`` record CUDA activity (so CUPTI attaches to the process)?"""
+    return _profiles_cuda(prof)
+
+
+__all__ = ["ENV", "cuda_at_least", "last_cycle_ending", "profiles_cuda", "teardown_when_trace_ends"]

@@ -410,6 +410,7 @@ class CaptureSession:
         self.warn(message)
 
     def _on_trace_ready(self, prof: Any) -> None:
+        self.unprofiled.trace_ended(cupti.profiles_cuda(prof), os.environ.get(cupti.ENV))
         steps, self._cycle_steps = self._cycle_steps, []
         self._cycles += 1
         index = self._cycles  # cycles are counted from 1, as the advisor counts them (runinfo.trace_path)

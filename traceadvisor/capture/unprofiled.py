@@ -16,6 +16,13 @@ the times measure launch speed until the queue fills. The median over several st
 The first step (it begins at the program's start, not at a boundary) and a step ended by the end of
 the run (it ends at the program's exit, after whatever follows the loop) are not steps of the loop:
 they are never measured.
+
+Nor is a step that runs while CUPTI is still attached from an earlier CUDA trace: Kineto detaches it
+when a trace ends only with ``TEARDOWN_CUPTI=1`` (capture/cupti.py sets it for the last cycle), and
+attached its callbacks slow every CUDA call of the program with the profiler off (the GPU pairs, in
+one process: a per-parameter AdamW step 9.1 ms detached, 12.7 and 14.6 ms attached;
+fixtures/pairs12_runs/cupti_ab/). The wait steps between the cycles of a ``repeat`` schedule are such
+steps; they are counted apart (``cupti_attached_steps``), never as the program's step time.
 """
 
 from __future__ import annotations
@@ -33,13 +40,25 @@ class UnprofiledSteps:
     def __init__(self, source: str) -> None:
         self.source = source
         self.times: list[tuple[int, float]] = []
+        # profiler-off steps run while CUPTI stayed attached after a CUDA trace: not the program's speed
+        self.attached: list[int] = []
+        self.cupti_attached = False
         self._last_boundary_ns: int | None = None
+
+    def trace_ended(self, profiles_cuda: bool, teardown_env: str | None) -> None:
+        """A trace just ended: CUPTI stays attached after a CUDA trace unless ``TEARDOWN_CUPTI`` was
+        ``"1"`` when it ended (``teardown_env``, the variable's value then)."""
+        if profiles_cuda:
+            self.cupti_attached = teardown_env != "1"
 
     def boundary(self, step: int, unprofiled: bool, started_ns: int, ended_ns: int) -> None:
         """Step ``step`` ended at ``started_ns`` (before ``prof.step()``); the next began at ``ended_ns``
         (after it). The profiler's own work at the boundary (starting, exporting) is in neither step."""
         if unprofiled and self._last_boundary_ns is not None:
-            self.times.append((step, (started_ns - self._last_boundary_ns) / 1000))
+            if self.cupti_attached:
+                self.attached.append(step)
+            else:
+                self.times.append((step, (started_ns - self._last_boundary_ns) / 1000))
         self._last_boundary_ns = ended_ns
 
     def forget_boundary(self) -> None:
@@ -52,6 +71,7 @@ class UnprofiledSteps:
             "unprofiled_step_us": [us for _, us in self.times],
             "unprofiled_steps": [step for step, _ in self.times],
             "profiled_steps": list(profiled_steps),
+            "cupti_attached_steps": list(self.attached),
             "source": self.source,
         }
 
