@@ -42,7 +42,7 @@ SHARES = [step / 50.0 for step in range(1, 121)]
 
 
 RUNS = ROOT / "fixtures" / "pairs12_runs"
-DEFAULT_PAIRS = [RUNS / "run_14" / "pairs12.json", RUNS / "run_15" / "pairs12.json"]
+DEFAULT_PAIRS = [RUNS / "run_14" / "pairs12.json", RUNS / "run_15" / "pairs12.json", RUNS / "run_16" / "pairs12.json"]
 
 # trace path -> the unprofiled steps timed around its capture, given to the trace with --calibrated
 MEASURED: dict[Path, list[float]] = {}

@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "fixtures" / "traces"
 RUNS = ROOT / "fixtures" / "pairs12_runs"
-DEFAULT_PAIRS = [RUNS / "run_14" / "pairs12.json", RUNS / "run_15" / "pairs12.json"]
+DEFAULT_PAIRS = [RUNS / "run_14" / "pairs12.json", RUNS / "run_15" / "pairs12.json", RUNS / "run_16" / "pairs12.json"]
 
 sys.path.insert(0, str(ROOT))
 

@@ -55,6 +55,7 @@ from traceadvisor.whatif.scenarios import step_time_ns  # noqa: E402
 RUNS = [
     ("fixtures/pairs12_runs/run_14/pairs12.json", "stack"),
     ("fixtures/pairs12_runs/run_15/pairs12.json", "nostack"),
+    ("fixtures/pairs12_runs/run_16/pairs12.json", "stack"),
 ]
 
 

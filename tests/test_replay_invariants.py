@@ -137,14 +137,20 @@ def test_idle_claim_capped_by_the_unprofiled_step() -> None:
 
 
 # -- batch-size: the scenario and the rule on the GPT pair ----------------------------------------
-GPT_BEFORE = FIXTURE_TRACES / "p12_gpt_batch_before_stack.json.gz"
-GPT_AFTER = FIXTURE_TRACES / "p12_gpt_batch_after_stack.json.gz"
+# Run 14: timed with CUPTI detached after each capture (the main fixture's gpt_batch, timed with it
+# left attached, measured 47.1% a sample: every launch of the small batch's step paid its callbacks).
+CLEAN_RUN = FIXTURE_TRACES.parent / "pairs12_runs" / "run_14"
+GPT_BEFORE = CLEAN_RUN / "traces" / "p12_gpt_batch_before_stack.json.gz"
+GPT_PAIR = json.loads((CLEAN_RUN / "pairs12.json").read_text())["pairs"]["gpt_batch"]
 
 
 def test_doubled_batch_gpu_time_matches_the_captured_batch() -> None:
     """The scenario's GPU time at twice the batch, from the batch-16 trace alone, against the
-    batch-32 capture's (validation: nothing was fitted on this pair): 39.75 vs 40.25 ms."""
-    before, after = load_file(GPT_BEFORE), load_file(GPT_AFTER)
+    batch-32 capture's (validation: nothing was fitted on this pair): 39.75 vs 40.25 ms. The main
+    fixture's pair: kernel durations do not depend on CUPTI, and both of its windows hold the same
+    steps' GPU work (run 14's batch-32 step is GPU-bound, so its window also holds the backlog)."""
+    before = load_file(FIXTURE_TRACES / "p12_gpt_batch_before_stack.json.gz")
+    after = load_file(FIXTURE_TRACES / "p12_gpt_batch_after_stack.json.gz")
     rows, new = scaled_durations(before)
     dur = (before.gpu["end_ns"] - before.gpu["ts_ns"]).to_numpy()
     predicted = float(dur.sum() - dur[rows].sum() + new.sum())
@@ -157,15 +163,14 @@ def test_doubled_batch_gpu_time_matches_the_captured_batch() -> None:
 
 
 def test_doubled_batch_time_per_sample_on_the_gpt_pair() -> None:
-    """gpt_batch (fixtures/pairs12.json, validation): 16 -> 32 sequences measured -47.1% time per
-    sample (run 3; run 1: -34%); the replay predicts about -50% (within 20% of the measured figure)."""
+    """gpt_batch (run 14, validation): 16 -> 32 sequences measured 10.2% less time per sample; the
+    replay predicts it within 20%, and the step at batch 32 within 10% of the one measured."""
     s = scenario_saving(load_file(GPT_BEFORE), "batch-size")
     assert s.refused is None
     per_sample_pct = (s.before_ns - s.after_ns / 2) / s.before_ns * 100
-    assert abs(per_sample_pct - 47.1) / 47.1 < 0.2
-    # host-bound: twice the GPU work under the same host leaves the step about as long (the spacing of
-    # two step ends moves a little either way as the first step's GPU work ends later)
-    assert s.after_ns == pytest.approx(s.before_ns, rel=0.05)
+    measured = GPT_PAIR["measured_saving_pct"]
+    assert abs(per_sample_pct - measured) / measured < 0.2, (per_sample_pct, measured)
+    assert s.after_ns / 1e3 == pytest.approx(GPT_PAIR["after_step_us"]["median"], rel=0.10)
 
 
 def test_batch_size_rule_fires_on_the_gpt_trainer() -> None:
@@ -174,7 +179,8 @@ def test_batch_size_rule_fires_on_the_gpt_trainer() -> None:
     assert len(found) == 1
     f = found[0]
     assert f.impact is None  # not a saving on the same work: not ranked against the fixes
-    assert f.data["scenario"] == "batch-size" and 45.0 < f.data["per_sample_gain_pct"] <= 50.0
+    measured = GPT_PAIR["measured_saving_pct"]
+    assert f.data["scenario"] == "batch-size" and abs(f.data["per_sample_gain_pct"] - measured) < 0.2 * measured
     assert f.data["peak_pct"] < 30.0
     assert "twice the batch" in f.message and "memory" in f.message.lower()
 

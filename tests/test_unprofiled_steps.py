@@ -157,6 +157,7 @@ def test_only_unprofiled_steps_between_two_boundaries_are_measured() -> None:
         "unprofiled_step_us": [30.0, 0.123],
         "unprofiled_steps": [1, 3],
         "profiled_steps": [2],
+        "cupti_attached_steps": [],
         "source": "capture",
     }
 
