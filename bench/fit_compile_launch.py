@@ -2,7 +2,7 @@
 
     python bench/fit_compile_launch.py [--pairs FILE ...] [--keep-memsets] [--one-share]
 
-By default on runs 14 (stack) and 15 (nostack) of ``fixtures/pairs12_runs/``, the first timed with
+By default on runs 14 and 16 (stack) and 15 (nostack) of ``fixtures/pairs12_runs/``, the first timed with
 CUPTI detached after each capture: earlier runs timed every pair after the first with CUPTI's
 callbacks on, which made the eager side of each compile pair slower than it runs (its many launches
 each paid them) and its measured saving larger (fixtures/traces/PROVENANCE.md).
@@ -65,7 +65,7 @@ def predicted_pct(path: Path, forward: float, backward: float) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=Path, action="append", help="a pairs file (repeatable); default: runs 14 and 15")
+    ap.add_argument("--pairs", type=Path, action="append", help="a pairs file (repeatable); default: runs 14-16")
     ap.add_argument("--keep-memsets", action="store_true", help="the alternative: fit with COMPILED_DROPS_MEMSETS off")
     ap.add_argument("--one-share", action="store_true", help="one share for forward and backward launches")
     ap.add_argument(

@@ -2,8 +2,8 @@
 
     python bench/fit_profiler_cost.py [--pairs FILE ...] [--write]
 
-By default on runs 14 (stack traces) and 15 (nostack traces) of ``fixtures/pairs12_runs/``: the first
-runs timed with CUPTI detached after each capture. Every earlier run (and the main fixture,
+By default on runs 14 and 16 (stack traces) and 15 (nostack traces) of ``fixtures/pairs12_runs/``:
+the first runs timed with CUPTI detached after each capture. Every earlier run (and the main fixture,
 ``fixtures/pairs12.json``) timed each pair after its first with CUPTI still attached, its callbacks
 slowing every unprofiled round of a host-bound program (fixtures/traces/PROVENANCE.md).
 
@@ -286,7 +286,7 @@ def main() -> int:
         "--pairs",
         type=Path,
         action="append",
-        help="a pairs file (repeatable; its traces in the traces/ folder beside it); default: runs 14 and 15, "
+        help="a pairs file (repeatable; its traces in the traces/ folder beside it); default: runs 14-16, "
         "the first timed with CUPTI detached after each capture (fixtures/traces/PROVENANCE.md)",
     )
     ap.add_argument("--write", action="store_true")
@@ -323,7 +323,7 @@ def main() -> int:
         print(f"launch records: {k:.3f} x their recorded duration", flush=True)
         if settled:
             break
-    carried = {}
+    carried: dict[str, float] = {}
     if unseen:
         # a kind no fit trace recorded (memory events: the clean runs have no profile_memory traces)
         # keeps the cost it was last fitted at, rather than none

@@ -84,7 +84,7 @@ def test_launch_overhead_silent_when_a_graph_replay_keeps_the_gpu_busy(trace: st
 # they test it independently (H100 and H200, 2026-11-21; fixtures/capture_gpu.py timed both sides
 # before any profiler ran in its process, so CUPTI was not attached). Two land outside 30%: kept
 # visible here. With the costs fitted against steps timed with CUPTI left attached (before the refit
-# on runs 14 and 15), pair_fused_optimizer was the second one (-39%) and pair_cuda_graph was in (+17%).
+# on runs 14-16), pair_fused_optimizer was the second one (-39%) and pair_cuda_graph was in (+17%).
 OUTSIDE_30_PCT = {
     "pair_sync": "sync-point's replay predicts 31 µs per step, measured 1043 µs: the predicted unprofiled step "
     "(4.87 ms, 4.93 ms measured) stays host-bound once the syncs go, where the real one (3.85 ms after "

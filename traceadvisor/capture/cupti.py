@@ -35,7 +35,7 @@ def last_cycle_ending(prof: Any, cycles_done: int, repeat: int) -> bool:
 
 def teardown_when_trace_ends(prof: Any) -> bool:
     """Ask kineto to detach CUPTI when ``prof``'s trace ends; True if ``TEARDOWN_CUPTI`` was set here."""
-    if ENV in os.environ or not _profiles_cuda(prof) or not cuda_at_least(_cuda_version(), _MIN_CUDA):
+    if ENV in os.environ or not profiles_cuda(prof) or not cuda_at_least(_cuda_version(), _MIN_CUDA):
         return False
     os.environ[ENV] = "1"
     return True
@@ -56,13 +56,9 @@ def _cuda_version() -> str | None:
     return getattr(torch.version, "cuda", None)
 
 
-def _profiles_cuda(prof: Any) -> bool:
-    return any(getattr(a, "name", None) == "CUDA" for a in getattr(prof, "activities", ()) or ())
-
-
 def profiles_cuda(prof: Any) -> bool:
     """Does ``prof`` record CUDA activity (so CUPTI attaches to the process)?"""
-    return _profiles_cuda(prof)
+    return any(getattr(a, "name", None) == "CUDA" for a in getattr(prof, "activities", ()) or ())
 
 
 __all__ = ["ENV", "cuda_at_least", "last_cycle_ending", "profiles_cuda", "teardown_when_trace_ends"]

@@ -9,7 +9,7 @@ constant the rules used before (3 µs) made a gap holding 1,357 Python frames lo
 profiler time.
 
 The costs below are fitted by ``bench/fit_profiler_cost.py`` on the ``fit`` half of the GPU pairs of
-runs 14 and 15 (``fixtures/pairs12_runs/``: profiled traces against the same program's step time
+runs 14-16 (``fixtures/pairs12_runs/``: profiled traces against the same program's step time
 measured without the profiler, with CUPTI detached after each capture) and stored in
 ``profiler_cost.json`` beside this file; the other half of the pairs is the validation the README
 reports. Each trace's costs are scaled by its host's speed while it was profiled (``host_speed``).
@@ -74,7 +74,7 @@ KIND_HELP = {
 INDUCTOR_LAUNCH_PREFIX = "triton_"
 # The autograd engine records each backward node it runs as one of these, around the node's ops (on
 # its own thread for CUDA work). It has no input shapes, so it would count as an op recorded without
-# them; fitted as one on the clean pairs it cost 8-14 µs a record against 2.9 for an op with shapes
+# them; fitted as one on the clean pairs it cost 8-14 µs a record against ~3 for an op with shapes
 # (the engine's per-node bookkeeping under the profiler: sequence numbers, the forward op's link).
 AUTOGRAD_NODE_PREFIX = "autograd::engine::evaluate_function"
 
