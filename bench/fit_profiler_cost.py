@@ -44,7 +44,6 @@ from traceadvisor.whatif.profiler_cost import (  # noqa: E402
     KINDS,
     ProfilerCost,
     event_counts,
-    host_speed,
     median_launch_ns,
     unprofiled_overrides,
 )
@@ -129,8 +128,7 @@ REFERENCE: dict[str, float | None] = {"launch_ns": None}
 
 
 def predict(trace: Trace, ns: dict[str, float], per: dict[str, float] | None = None) -> float:
-    cost = ProfilerCost(tied(ns), {}, dict(per or {}))
-    cost = cost.at_host_speed(host_speed(trace, REFERENCE["launch_ns"]))
+    cost = ProfilerCost(tied(ns), {}, dict(per or {}), REFERENCE["launch_ns"]).for_trace(trace)
     return step_time_ns(replay(trace, unprofiled_overrides(trace, cost)))
 
 

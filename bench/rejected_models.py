@@ -110,8 +110,7 @@ def no_host_speed() -> None:
     def unscaled(trace: Trace, reference_ns: float | None) -> float:
         return 1.0
 
-    pc.host_speed = unscaled  # type: ignore[assignment]
-    fpc.host_speed = unscaled  # type: ignore[assignment]
+    pc.host_speed = unscaled  # type: ignore[assignment]  (ProfilerCost.for_trace reads it)
     base = fpc.microbench_costs(ROOT / "fixtures" / "profiler_cost_bench.json")
     per = dict(pc.ProfilerCost.bundled().per_recorded)
     for _ in range(4):

@@ -147,9 +147,10 @@ MIN_LAUNCHES = 100
 HOST_SPEED_RANGE = (0.5, 2.0)
 
 
+@memoised
 def median_launch_ns(trace: Trace) -> float | None:
     """The median recorded duration of the trace's kernel-launch calls (ns); None with fewer than
-    ``MIN_LAUNCHES``."""
+    ``MIN_LAUNCHES``. Once per trace: every scenario's unprofiled replay asks for its host speed."""
     rt = trace.runtime
     if not len(rt):
         return None
@@ -170,10 +171,13 @@ def host_speed(trace: Trace, reference_ns: float | None) -> float:
     return float(np.clip(here / reference_ns, lo, hi))
 
 
+@memoised
 def recorded_events(
     trace: Trace,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int8], npt.NDArray[np.int64]]:
-    """Every recorded host event as (thread key, start ns, kind index into KINDS, recorded duration ns)."""
+    """Every recorded host event as (thread key, start ns, kind index into KINDS, recorded duration ns),
+    once per trace (every scenario's unprofiled replay asks; its name scans cover the host table).
+    Shared arrays: read them, do not write them."""
     parts = []
     host = trace.host
     if len(host):
