@@ -38,7 +38,11 @@ from typing import Any, Protocol
 from traceadvisor.advisor.worker import run_job
 
 # The worker's entry point (``-c``, not ``-m``: runpy would warn that the package already imported it).
-_WORKER_MAIN = "import sys; from traceadvisor.advisor.worker import main; sys.exit(main(sys.argv[1:]))"
+# The priority is lowered before anything heavy is imported (traceadvisor/worker_priority.py).
+_WORKER_MAIN = (
+    "import sys; from traceadvisor.worker_priority import lower_priority; lower_priority(sys.argv[2]); "
+    "from traceadvisor.advisor.worker import main; sys.exit(main(sys.argv[1:]))"
+)
 # How often a waiting ``collect`` wakes up to check that the worker is alive and within its time.
 _WAKE_S = 0.2
 

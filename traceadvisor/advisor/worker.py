@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from traceadvisor.capture.unprofiled import with_key
+from traceadvisor.worker_priority import lower_priority
 
 # zlib's default level: within a few percent of level 9's size at a fraction of its time. (torch's
 # own ``.gz`` export compresses at the gzip module's default, 9, on the training thread.)
@@ -247,34 +248,13 @@ def _warm_up() -> None:
     discover([])
 
 
-def lower_priority(priority: str) -> None:
-    """Make the worker yield the CPU to the training loop, before the imports.
-
-    ``"idle"``: the ``SCHED_IDLE`` policy where there is one (Linux): the task runs only on CPU time
-    no normal task wants (weight 3 against a nice-0 task's 1024) and a waking normal task preempts
-    it at once; elsewhere nice 19. A number: that much niceness (CFS shares a contended core by
-    weight: nice 19 gets ~1.5% of a nice-0 task's time, nice 10 ~10%). Lowering one's own
-    priority needs no privilege.
-    """
-    try:
-        if priority == "idle":
-            if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            else:
-                os.nice(19)
-        elif int(priority):
-            os.nice(int(priority))
-    except (OSError, ValueError):
-        pass  # a platform without the call: run at normal priority
-
-
 def main(argv: list[str]) -> int:
     """The worker process: serve jobs from the socket until told to stop or the parent goes away."""
     global _current
     fd = int(argv[0])
     if len(argv) > 2:
         watch_parent(int(argv[2]))
-    lower_priority(argv[1])
+    lower_priority(argv[1])  # again: a worker started without _WORKER_MAIN (it is idempotent)
     # Anything a library prints must not reach the parent's stdout (it is the user's).
     os.dup2(2, 1)
     import warnings
