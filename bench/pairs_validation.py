@@ -3,6 +3,7 @@
     python bench/pairs_validation.py [--pairs FILE] [--variant stack] [--json OUT] [--calibrated]
     python bench/pairs_validation.py --all-runs [--calibrated]
     python bench/pairs_validation.py --across-runs [--calibrated]
+    python bench/pairs_validation.py --given [--pairs FILE]   (as --step-time: each side's measured median)
 
 For every pair of a pairs file (captured by ``fixtures/capture_pairs.py``; by default run 14,
 ``fixtures/pairs12_runs/run_14/pairs12.json``: every pair, stack traces, and the first run whose
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from traceadvisor.trace.load import load_file  # noqa: E402
+from traceadvisor.whatif.profiler_cost import give_step_time  # noqa: E402
 from traceadvisor.whatif.savings import predicted_step_ns, saving_of, scenario_saving  # noqa: E402
 from traceadvisor.whatif.scenarios import SCENARIOS, combine  # noqa: E402
 
@@ -97,7 +99,7 @@ def err_pct(pred: float, meas: float) -> float:
     return (pred - meas) / meas * 100.0 if meas else math.nan
 
 
-def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool = False) -> list[dict[str, Any]]:
+def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool | str = False) -> list[dict[str, Any]]:
     out = []
     for name, p in pairs["pairs"].items():
         if p.get("status") != "ok":
@@ -112,7 +114,11 @@ def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
             if not path.exists():  # a later run's pairs merged into fixtures/ keep their traces there only
                 path = ROOT / "fixtures" / "traces" / rec["file"]
             trace = load_file(path)
-            if calibrated and rec.get("adjacent_unprofiled_us"):
+            if calibrated == "given":
+                # what a user gives with --step-time: the program's step time from their own
+                # timing (here the pair's interleaved median, timed apart from the capture)
+                give_step_time(trace, p[f"{side}_step_us"]["median"])
+            elif calibrated and rec.get("adjacent_unprofiled_us"):
                 # what traceadvisor capture stores: the step times measured with the profiler off
                 # in the same process right around the window (capture_pairs' adjacent rounds)
                 trace.meta.traceadvisor = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
@@ -163,6 +169,11 @@ def main() -> int:
         action="store_true",
         help="give each trace the unprofiled steps measured around its capture, as traceadvisor capture does",
     )
+    ap.add_argument(
+        "--given",
+        action="store_true",
+        help="give each trace its side's measured median step, as a user does with --step-time",
+    )
     ap.add_argument("--all-runs", action="store_true", help="the summary counts of every run, and their totals")
     ap.add_argument(
         "--across-runs",
@@ -171,11 +182,12 @@ def main() -> int:
         "spread between runs, and the medians of measured and predicted",
     )
     args = ap.parse_args()
+    calibrated: bool | str = "given" if args.given else args.calibrated
     if args.all_runs:
-        return all_runs(args.variant, args.calibrated)
+        return all_runs(args.variant, calibrated)
     if args.across_runs:
-        return across_runs(args.variant, args.calibrated)
-    rows = validate(json.loads(args.pairs.read_text()), args.variant, args.pairs.parent / "traces", args.calibrated)
+        return across_runs(args.variant, calibrated)
+    rows = validate(json.loads(args.pairs.read_text()), args.variant, args.pairs.parent / "traces", calibrated)
     print(
         f"{'pair':12s} {'split':10s} {'scenario':20s} | {'before µs meas/adj/pred':>30s} {'err%':>6s} | "
         f"{'after µs meas/adj/pred':>30s} {'err%':>6s} | {'saving % meas/pred':>18s} {'err%':>6s} 95% CI"
@@ -229,7 +241,7 @@ def counts(name: str, split: str, c: list[int]) -> str:
     return f"{name:42s} {split:10s} {c[0]:>8d} of {c[1]:<5d} {c[2]:>10d} of {c[4]:<5d} {c[3]:>5d} of {c[4]:<5d}"
 
 
-def all_runs(variant: str, calibrated: bool) -> int:
+def all_runs(variant: str, calibrated: bool | str) -> int:
     """Per run and in total, per half: unprofiled steps within 10%, savings strictly within 20%, savings right."""
     runs = sorted((ROOT / "fixtures" / "pairs12_runs").glob("run_*/pairs12.json"))
     files = [ROOT / "fixtures" / "pairs12.json", *runs]
@@ -270,7 +282,7 @@ def all_runs(variant: str, calibrated: bool) -> int:
     return 0
 
 
-def across_runs(variant: str, calibrated: bool) -> int:
+def across_runs(variant: str, calibrated: bool | str) -> int:
     """Each pair over the clean runs (``teardown_cupti``) holding the variant's traces: what each run
     measured and predicted, the medians over runs, and the spread of the measured savings. The same
     program's measured saving moves between H100 machines and minutes on one (mlp_compile: 6.0% in

@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from traceadvisor.console import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, fail, stdout_to_devnull, warn
+from traceadvisor.console import (
+    EXIT_BAD_INPUT,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    StepTimeOption,
+    fail,
+    stdout_to_devnull,
+    warn,
+)
 from traceadvisor.errors import UsageError
 from traceadvisor.report.finding import Severity
 from traceadvisor.report.safe_text import one_line
@@ -237,6 +246,7 @@ def analyze(
         bool,
         typer.Option("--all", help="List every finding, also those with no predicted saving (text, Markdown)."),
     ] = False,
+    step_time: Annotated[str | None, StepTimeOption] = None,
 ) -> None:
     """Analyse traces and report GPU time, steps and findings."""
     from traceadvisor.console import analyze_or_fail, report_destination, report_width, to_terminal, write_report
@@ -257,6 +267,10 @@ def analyze(
             from traceadvisor.config import parse_rule_timeout
 
             cfg.rule_timeout = parse_rule_timeout(rule_timeout, "--rule-timeout")
+        if step_time is not None:
+            from traceadvisor.config import parse_step_time
+
+            cfg.step_time_us = parse_step_time(step_time)
     except UsageError as exc:
         raise fail(str(exc)) from None
     if fmt is Format.html and to_terminal(output):

@@ -31,6 +31,7 @@ same problem the same way.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -97,6 +98,9 @@ class Config:
     gpus_per_node: int | None = None
     # ``communication-kernels``: regexes of kernel names that are communication besides NCCL/RCCL's
     communication_kernels: list[str] = field(default_factory=list)
+    # ``--step-time``: the step time (µs) the user measured without the profiler; every trace that
+    # carries none of its own is calibrated to it (whatif/profiler_cost.give_step_time)
+    step_time_us: float | None = None
 
 
 def resolve_config(
@@ -291,6 +295,21 @@ def parse_rule_timeout(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
         raise UsageError(f"{what} must be a positive number of seconds, not {value!r}")
     return float(value)
+
+
+# ``--step-time``'s units, in µs each; a bare number is milliseconds (what training logs print)
+STEP_TIME_UNITS = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
+STEP_TIME_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|µs|ms|s)?\s*")
+
+
+def parse_step_time(text: str, what: str = "--step-time") -> float:
+    """A step time given on the command line (``12.3ms``, ``850us``, ``0.25s``; a bare number is
+    milliseconds) in µs; ``UsageError`` naming ``what`` for anything else, zero or not finite."""
+    m = STEP_TIME_PATTERN.fullmatch(text)
+    value = float(m.group(1)) * STEP_TIME_UNITS[m.group(2) or "ms"] if m else math.nan
+    if not 0 < value < float("inf"):
+        raise UsageError(f"{what} must be a positive duration such as 12.3ms, 850us or 0.25s, not {text!r}")
+    return value
 
 
 def parse_table(table: dict[str, Any], path: Path) -> Config:

@@ -275,7 +275,16 @@ def analyze(
         )
         for t in traces:  # [tool.traceadvisor] communication-kernels, before anything reads them
             t.communication_patterns = tuple(config.communication_kernels)
+            _give_step_time(t, config)
         return analyze_traces(traces, config, rules, cancel, claims, timeline=timeline)
+
+
+def _give_step_time(trace: Trace, config: Config) -> None:
+    """``--step-time``: the trace calibrated to the step time its user measured, where it carries none."""
+    if config.step_time_us is not None:
+        from traceadvisor.whatif.profiler_cost import give_step_time
+
+        give_step_time(trace, config.step_time_us)
 
 
 @contextmanager
@@ -333,6 +342,7 @@ def rank_summary(
     key = trace_key(Path(path))  # before reading: a file changed meanwhile gets rebuilt next time
     trace = load_file(Path(path), max_bytes=max_bytes, gpu=config.gpu)
     trace.communication_patterns = tuple(config.communication_kernels)
+    _give_step_time(trace, config)
     report = analyze_traces([trace], config, timeline=timeline)
     return summary_of(trace, key, report.to_dict())
 
@@ -362,7 +372,15 @@ def analyze_scaled(
     config = config or Config()
     named = expand_named(paths)
     files = [str(p) for p, _ in named]
-    default = not (config.select or config.ignore or config.rules_dirs or config.origin.path is not None)
+    # a summary holds its rank's findings and step times, which the rule selection, the rules' options
+    # and a given step time decide: only the default configuration's are cached
+    default = not (
+        config.select
+        or config.ignore
+        or config.rules_dirs
+        or config.origin.path is not None
+        or config.step_time_us is not None
+    )
     build = partial(rank_summary, config=config, max_bytes=max_bytes, timeline=timeline)
     use_cache = default and cache and not timeline
     got = map_summaries(files, build, jobs=jobs, executor=executor, use_cache=use_cache)

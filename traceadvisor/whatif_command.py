@@ -11,9 +11,10 @@ from typing import Annotated, Any
 
 import typer
 
-from traceadvisor.console import fail
+from traceadvisor.console import StepTimeOption, fail
 from traceadvisor.errors import TraceError
 from traceadvisor.report.format import fmt_time
+from traceadvisor.report.model import MeasuredSteps
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.savings import Outcome
@@ -68,13 +69,20 @@ def per_sample_pct(o: Outcome) -> float | None:
 
 
 def to_dict(
-    trace: str, profiled_us: float | None, outcomes: list[Outcome], findings: list[tuple[str, str, str | None]]
+    trace: str,
+    profiled_us: float | None,
+    outcomes: list[Outcome],
+    findings: list[tuple[str, str, str | None]],
+    measured: MeasuredSteps | None = None,
 ) -> dict[str, Any]:
-    """The JSON report: one entry per scenario, then ``combined`` where more than one applied."""
+    """The JSON report: one entry per scenario, then ``combined`` where more than one applied.
+    ``calibrated_to``: the unprofiled step time the prediction was calibrated to (the trace's own,
+    timed by capture or the advisor, or ``--step-time``'s), None where it rests on the bundled costs."""
     return {
         "trace": trace,
         "note": NOTE,
         "profiled_step_us": profiled_us,
+        "calibrated_to": measured.to_dict() if measured is not None else None,
         "scenarios": [
             {
                 "name": o.saving.scenario,
@@ -93,11 +101,22 @@ def to_dict(
     }
 
 
+def source_words(measured: dict[str, Any]) -> str:
+    """Where a calibration's step time came from, in words."""
+    from traceadvisor.whatif.profiler_cost import GIVEN_STEP_SOURCE
+
+    if measured["source"] == GIVEN_STEP_SOURCE:
+        return "given with --step-time"
+    return f"median of {measured['count']} steps timed by {measured['source']}"
+
+
 def render_text(report: dict[str, Any]) -> str:
     """One line per scenario: before -> after, saving per step, the findings it answers."""
     lines = [f"what-if on {report['trace']}", NOTE]
     if report["profiled_step_us"] is not None:
         lines.append(f"  profiled step: {fmt_time(report['profiled_step_us'])}")
+    if (cal := report.get("calibrated_to")) is not None:
+        lines.append(f"  calibrated to: {fmt_time(cal['median_us'])} a step without the profiler ({source_words(cal)})")
     for s in report["scenarios"]:
         if s["refused"]:
             lines.append(f"  {s['name']}: refused: {s['refused']}")
@@ -119,24 +138,31 @@ def whatif(
     trace: Annotated[Path, typer.Argument(help="One trace file (.json, .json.gz).")],
     apply: Annotated[str, typer.Option("--apply", help=f"Scenarios, comma-separated: {', '.join(SCENARIOS)}.")],
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
+    step_time: Annotated[str | None, StepTimeOption] = None,
 ) -> None:
     """Predict the step time after fixes, by replaying the trace with its graph changed."""
+    from traceadvisor.config import parse_step_time
+    from traceadvisor.errors import UsageError
     from traceadvisor.trace.load import load_file
+    from traceadvisor.whatif.profiler_cost import give_step_time
     from traceadvisor.whatif.replay import measured_replay
     from traceadvisor.whatif.scenarios import step_time_ns
 
     try:
         names = [s.name for s in parse(apply)]
-    except ValueError as exc:
+        given_us = parse_step_time(step_time) if step_time is not None else None
+    except (ValueError, UsageError) as exc:
         raise fail(str(exc)) from None
     try:
         loaded = load_file(trace)
+        if given_us is not None:
+            give_step_time(loaded, given_us)
         outcomes = run_whatif(loaded, names)
         profiled = step_time_ns(measured_replay(loaded), measured=True)
         found = _findings(loaded)
     except (TraceError, Refused, OSError) as exc:
         raise fail(str(exc)) from None
-    report = to_dict(str(trace), _us(profiled), outcomes, found)
+    report = to_dict(str(trace), _us(profiled), outcomes, found, MeasuredSteps.of_key(loaded.meta.traceadvisor))
     if fmt is Format.json:
         typer.echo(json.dumps(report, indent=2))
     else:

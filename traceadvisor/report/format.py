@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from traceadvisor.report.finding import Finding, Impact, Severity
 from traceadvisor.report.model import (
+    MeasuredSteps,
     RankRow,
     RanksSummary,
     RooflineKernel,
@@ -93,14 +94,24 @@ def ms(us_value: float) -> str:
     return fmt_time(us_value)
 
 
-def step_time_line(st: StepTime) -> str:
-    """The profiled step and the predicted unprofiled one, with GPU busy on both."""
+def measured_source_words(m: MeasuredSteps) -> str:
+    """Where ``traces[].measured_unprofiled_step_us`` came from, in words: the steps capture or the
+    advisor timed with the profiler off, or the step time given with ``--step-time``."""
+    if m.source == "--step-time":  # whatif.profiler_cost.GIVEN_STEP_SOURCE (the report does not import the replay)
+        return "given with --step-time"
+    return f"median of {m.count} steps, profiler off"
+
+
+def step_time_line(st: StepTime, measured: MeasuredSteps | None = None) -> str:
+    """The profiled step and the predicted unprofiled one, with GPU busy on both; ``measured``
+    (the trace's ``measured_unprofiled_step_us``) says what a calibrated prediction was fitted to."""
     line = f"{fmt_time(st.profiled_step_us)} profiled (GPU busy {st.gpu_busy_profiled_pct:.0f}%)"
     if st.unprofiled_step_us is not None and st.gpu_busy_unprofiled_pct is not None:
         predicted = fmt_time(st.unprofiled_step_us)
         basis = ""
         if st.unprofiled_basis == "calibrated":
-            basis = "; calibrated to the steps timed without it"
+            given = measured is not None and measured.source == "--step-time"
+            basis = "; calibrated to the step time given" if given else "; calibrated to the steps timed without it"
         elif st.unprofiled_caveat:
             basis = f"; uncalibrated: {st.unprofiled_caveat}"
         line += f", {predicted} predicted without the profiler (GPU busy {st.gpu_busy_unprofiled_pct:.0f}%{basis})"

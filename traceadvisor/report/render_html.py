@@ -246,7 +246,7 @@ def _traces(report: Report) -> str:
             step = t.step_time.profiled_step_us if t.step_time is not None else None
             items.append(f"replay: {_h(replay_line(t.replay_error_pct, t.replay_external_wait_us, step))}")
         if t.step_time is not None:
-            items.append(f"step: {_h(step_time_line(t.step_time))}")
+            items.append(f"step: {_h(step_time_line(t.step_time, t.measured_unprofiled_step_us))}")
         items += [f'<span class="warning">warning: {_h(w)}</span>' for w in t.warnings[:20]]
         out.append(f'<div class="trace"><h3><code>{_h(t.path)}</code>{rank}</h3><ul>')
         out.append("".join(f"<li>{i}</li>" for i in items) + "</ul></div>")

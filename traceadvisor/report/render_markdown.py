@@ -21,6 +21,7 @@ from traceadvisor.report.format import (
     hidden_findings_line,
     hidden_steps_line,
     impact_text,
+    measured_source_words,
     more_warnings_line,
     num,
     peaks_source_line,
@@ -105,11 +106,11 @@ def _trace(t: TraceSummary) -> list[str]:
         line = replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))
         out.append(f"- replay: {_text(line)} (what-if savings rest on it)")
     if (st := t.step_time) is not None:
-        out.append(f"- step: {step_time_line(st)}")  # numbers only
+        out.append(f"- step: {step_time_line(st, t.measured_unprofiled_step_us)}")  # numbers only
     if (v := t.step_variation) is not None and v.unstable:
         out.append(f"- warning: {_text(v.describe(fmt_time))}")
     if (m := t.measured_unprofiled_step_us) is not None:
-        out.append(f"- measured unprofiled step: {fmt_time(m.median_us)} (median of {m.count} steps, profiler off)")
+        out.append(f"- measured unprofiled step: {fmt_time(m.median_us)} ({measured_source_words(m)})")
     out += [f"- warning: {_text(w)}" for w in t.warnings[:ROW_LIMIT]]
     more = more_warnings_line(t.warnings)
     if more is not None:

@@ -27,6 +27,7 @@ from traceadvisor.report.format import (
     hidden_findings_line,
     hidden_steps_line,
     impact_text,
+    measured_source_words,
     middle,
     more_warnings_line,
     num,
@@ -171,11 +172,11 @@ def _trace(console: Console, t: TraceSummary) -> None:
         line = replay_line(t.replay_error_pct, t.replay_external_wait_us, _step_us(t))
         console.print(f"  replay: {line} (what-if savings rest on it)")
     if (st := t.step_time) is not None:
-        console.print(f"  step: {step_time_line(st)}")
+        console.print(f"  step: {step_time_line(st, t.measured_unprofiled_step_us)}")
     if (v := t.step_variation) is not None and v.unstable:
         console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(v.describe(fmt_time))}"))
     if (m := t.measured_unprofiled_step_us) is not None:
-        console.print(f"  measured unprofiled step: {fmt_time(m.median_us)} (median of {m.count} steps, profiler off)")
+        console.print(f"  measured unprofiled step: {fmt_time(m.median_us)} ({measured_source_words(m)})")
     for w in t.warnings[:ROW_LIMIT]:
         console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(w)}"))
     more = more_warnings_line(t.warnings)
