@@ -43,13 +43,23 @@ def _run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProc
 
 @pytest.mark.parametrize(
     ("text", "us"),
-    [("12.3ms", 12_300.0), ("850us", 850.0), ("850µs", 850.0), ("0.25s", 250_000.0), ("7", 7_000.0), ("1e3us", 1e3)],
+    [
+        ("12.3ms", 12_300.0),
+        ("850us", 850.0),
+        ("850µs", 850.0),
+        ("0.25s", 250_000.0),
+        ("7", 7_000.0),
+        ("1e3us", 1e3),
+        ("4it/s", 250_000.0),  # tqdm's rate: a step is a quarter second
+        ("1.5s/it", 1_500_000.0),
+        (" 20 ms ", 20_000.0),
+    ],
 )
 def test_step_time_units(text: str, us: float) -> None:
     assert parse_step_time(text) == pytest.approx(us)
 
 
-@pytest.mark.parametrize("text", ["abc", "0", "0ms", "-3ms", "12 parsecs", "", "nan", "inf"])
+@pytest.mark.parametrize("text", ["abc", "0", "0ms", "-3ms", "12 parsecs", "", "nan", "inf", "0it/s", "3 it"])
 def test_step_time_refuses_what_is_no_duration(text: str) -> None:
     with pytest.raises(UsageError, match="--step-time must be a positive duration"):
         parse_step_time(text)
@@ -115,7 +125,8 @@ def test_a_bad_step_time_is_a_one_line_usage_error(command: list[str]) -> None:
     assert p.returncode == 2
     assert p.stdout == ""
     assert p.stderr.strip().splitlines() == [
-        "traceadvisor: error: --step-time must be a positive duration such as 12.3ms, 850us or 0.25s, not 'soon'"
+        "traceadvisor: error: --step-time must be a positive duration such as 12.3ms, 850us, 0.25s or 3.5it/s, "
+        "not 'soon'"
     ]
 
 
@@ -136,3 +147,26 @@ def test_several_traces_each_get_the_given_step_and_no_summary_is_cached(tmp_pat
     p = _run("analyze", runs, "--format", "json", "--jobs", "1")
     assert [t["measured_unprofiled_step_us"] for t in json.loads(p.stdout)["traces"]] == [None, None]
     assert len(list(runs.glob("*.tasummary"))) == 2
+
+
+@pytest.mark.parametrize(
+    ("given_ms", "why"),
+    [
+        # shorter than the GPU's own work per step (~5.5 ms): no profiler cost explains it
+        (1.0, "is out of the replay's reach"),
+        # longer than the profiled step (12.87 ms): the profiler only adds host time
+        (20.0, "is longer than the profiled one"),
+    ],
+)
+def test_a_step_the_replay_cannot_reach_is_said(given_ms: float, why: str) -> None:
+    p = _run("analyze", CONV, "--format", "json", "--step-time", f"{given_ms}ms")
+    st = json.loads(p.stdout)["traces"][0]["step_time"]
+    assert st["unprofiled_basis"] == "calibrated"
+    assert why in st["unprofiled_caveat"]
+    assert f"the measured step ({given_ms * 1e3:.3f} µs)" in st["unprofiled_caveat"]
+    assert abs(st["unprofiled_step_us"] - given_ms * 1e3) > CALIBRATION_TOLERANCE * given_ms * 1e3
+    text = _run("analyze", CONV, "--step-time", f"{given_ms}ms").stdout
+    assert "calibrated to the step time given, but the measured step" in " ".join(text.split())
+    # a reachable one carries no caveat
+    ok = _run("analyze", CONV, "--format", "json", "--step-time", f"{_adjacent_us('conv_cl', 'before')}us")
+    assert json.loads(ok.stdout)["traces"][0]["step_time"]["unprofiled_caveat"] is None

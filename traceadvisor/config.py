@@ -297,18 +297,23 @@ def parse_rule_timeout(value: Any, what: str) -> float:
     return float(value)
 
 
-# ``--step-time``'s units, in µs each; a bare number is milliseconds (what training logs print)
-STEP_TIME_UNITS = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
-STEP_TIME_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|µs|ms|s)?\s*")
+# ``--step-time``'s units, in µs each; a bare number is milliseconds (what training logs print).
+# tqdm's rates are accepted as they print: ``3.52it/s`` (a step is 1/3.52 s) and ``1.23s/it``.
+STEP_TIME_UNITS = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6, "s/it": 1e6}
+STEP_TIME_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|µs|ms|s/it|s|it/s)?\s*")
 
 
 def parse_step_time(text: str, what: str = "--step-time") -> float:
-    """A step time given on the command line (``12.3ms``, ``850us``, ``0.25s``; a bare number is
-    milliseconds) in µs; ``UsageError`` naming ``what`` for anything else, zero or not finite."""
+    """A step time given on the command line (``12.3ms``, ``850us``, ``0.25s``, tqdm's ``3.52it/s``
+    or ``1.23s/it``; a bare number is milliseconds) in µs; ``UsageError`` naming ``what`` for
+    anything else, zero or not finite."""
     m = STEP_TIME_PATTERN.fullmatch(text)
-    value = float(m.group(1)) * STEP_TIME_UNITS[m.group(2) or "ms"] if m else math.nan
+    value = math.nan
+    if m:
+        number, unit = float(m.group(1)), m.group(2) or "ms"
+        value = 1e6 / number if unit == "it/s" and number > 0 else number * STEP_TIME_UNITS.get(unit, math.nan)
     if not 0 < value < float("inf"):
-        raise UsageError(f"{what} must be a positive duration such as 12.3ms, 850us or 0.25s, not {text!r}")
+        raise UsageError(f"{what} must be a positive duration such as 12.3ms, 850us, 0.25s or 3.5it/s, not {text!r}")
     return value
 
 

@@ -253,6 +253,6 @@ def _write_stdout(data: bytes) -> None:
 # ``--step-time`` (analyze, whatif): what a user's own timing says the step takes without the profiler
 StepTimeOption = typer.Option(
     "--step-time",
-    help="The step time you measured without the profiler (12.3ms, 850us, 0.25s; a bare number is ms): "
+    help="The step time you measured without the profiler (12.3ms, 850us, 0.25s, 3.5it/s; a bare number is ms): "
     "the prediction is calibrated to it, for traces that carry no measured steps of their own.",
 )

@@ -112,6 +112,8 @@ def step_time_line(st: StepTime, measured: MeasuredSteps | None = None) -> str:
         if st.unprofiled_basis == "calibrated":
             given = measured is not None and measured.source == "--step-time"
             basis = "; calibrated to the step time given" if given else "; calibrated to the steps timed without it"
+            if st.unprofiled_caveat:
+                basis += f", but {st.unprofiled_caveat}"
         elif st.unprofiled_caveat:
             basis = f"; uncalibrated: {st.unprofiled_caveat}"
         line += f", {predicted} predicted without the profiler (GPU busy {st.gpu_busy_unprofiled_pct:.0f}%{basis})"

@@ -429,7 +429,9 @@ class StepTime:
     # what the prediction rests on: ``calibrated`` (fitted to steps timed without the profiler that
     # the trace carries) or ``uncalibrated`` (the bundled costs alone); None without a prediction
     unprofiled_basis: str | None = None
-    # where the bundled costs are known to be unreliable for this trace, why (None otherwise)
+    # why the prediction is less sure than its basis says (None otherwise): uncalibrated, where the
+    # bundled costs are known to be unreliable for this trace; calibrated, where the measured step
+    # was out of the calibration's reach
     unprofiled_caveat: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

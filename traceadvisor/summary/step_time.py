@@ -15,7 +15,7 @@ from traceadvisor.report.model import StepTime
 from traceadvisor.summary.units import us
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
+from traceadvisor.whatif.profiler_cost import CALIBRATION_TOLERANCE, measured_unprofiled_ns
 from traceadvisor.whatif.replay import measured_replay
 from traceadvisor.whatif.savings import predicted_step_ns
 from traceadvisor.whatif.scenarios import runs_compiled, step_time_ns
@@ -31,12 +31,27 @@ COMPILED_WITH_STACKS_CAVEAT = (
 )
 
 
-def unprofiled_basis(trace: Trace) -> tuple[str, str | None]:
+def unprofiled_basis(trace: Trace, predicted_ns: float | None = None) -> tuple[str, str | None]:
     """What the predicted unprofiled step rests on (``calibrated``: steps timed without the
-    profiler that the trace carries; ``uncalibrated``: the bundled costs alone), and a caveat where
-    the bundled costs are known to be unreliable for this trace."""
-    if measured_unprofiled_ns(trace) is not None:
-        return "calibrated", None
+    profiler that the trace carries, or given with ``--step-time``; ``uncalibrated``: the bundled
+    costs alone), and a caveat where the bundled costs are known to be unreliable for this trace,
+    or where the calibration could not reach the measured step (``predicted_ns``: the prediction)."""
+    measured = measured_unprofiled_ns(trace)
+    if measured is not None:
+        if predicted_ns is None or abs(predicted_ns - measured) <= CALIBRATION_TOLERANCE * measured:
+            return "calibrated", None
+        if predicted_ns > measured:
+            # calibration's factor stopped at its bound: even 4x the profiler's costs taken out
+            # leave a longer step (the GPU's work, or host time no cost explains)
+            return "calibrated", (
+                f"the measured step ({measured / 1e3:.3f} µs) is out of the replay's reach: this trace's GPU work "
+                "or host time takes longer; it may be another program, batch size or machine"
+            )
+        # the profiler only adds host time: a measured step longer than the profiled one is drift
+        return "calibrated", (
+            f"the measured step ({measured / 1e3:.3f} µs) is longer than the profiled one, which the profiler "
+            "cannot explain (it only adds host time): the bundled costs are kept"
+        )
     if len(trace.frames) and runs_compiled(trace):
         return "uncalibrated", COMPILED_WITH_STACKS_CAVEAT
     return "uncalibrated", None
@@ -58,7 +73,7 @@ def step_time(trace: Trace, dev: int | None) -> StepTime | None:
     s, e = trace.busy_intervals(dev)
     busy = float(intervals.covered(s, e, gs[has], ge[has]).sum()) / max(int(has.sum()), 1)
     unprofiled = None if math.isnan(predicted) or predicted <= 0 else predicted
-    basis, caveat = unprofiled_basis(trace) if unprofiled is not None else (None, None)
+    basis, caveat = unprofiled_basis(trace, unprofiled) if unprofiled is not None else (None, None)
     return StepTime(
         profiled_step_us=us(profiled),
         unprofiled_step_us=us(unprofiled) if unprofiled is not None else None,
