@@ -114,8 +114,12 @@ def test_whatif_rests_on_the_given_step() -> None:
     s = r["scenarios"][0]
     assert s["before_step_us"] == pytest.approx(given, rel=CALIBRATION_TOLERANCE)
     assert 0 < s["after_step_us"] < s["before_step_us"]
+    assert r["caveat"] is None
     bare = json.loads(_run("whatif", CONV, "--apply", "channels-last", "--format", "json").stdout)
     assert bare["calibrated_to"] is None
+    assert bare["caveat"] is None
+    far = _run("whatif", CONV, "--apply", "channels-last", "--step-time", "1ms")
+    assert "caveat: the measured step (1000.000 µs) is out of the replay's reach" in far.stdout
     assert bare["scenarios"][0]["before_step_us"] != pytest.approx(s["before_step_us"], rel=CALIBRATION_TOLERANCE)
 
 

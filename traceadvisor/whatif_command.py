@@ -117,6 +117,8 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"  profiled step: {fmt_time(report['profiled_step_us'])}")
     if (cal := report.get("calibrated_to")) is not None:
         lines.append(f"  calibrated to: {fmt_time(cal['median_us'])} a step without the profiler ({source_words(cal)})")
+    if report.get("caveat"):
+        lines.append(f"  caveat: {report['caveat']}")
     for s in report["scenarios"]:
         if s["refused"]:
             lines.append(f"  {s['name']}: refused: {s['refused']}")
@@ -143,9 +145,11 @@ def whatif(
     """Predict the step time after fixes, by replaying the trace with its graph changed."""
     from traceadvisor.config import parse_step_time
     from traceadvisor.errors import UsageError
+    from traceadvisor.summary.step_time import unprofiled_basis
     from traceadvisor.trace.load import load_file
     from traceadvisor.whatif.profiler_cost import give_step_time
     from traceadvisor.whatif.replay import measured_replay
+    from traceadvisor.whatif.savings import predicted_step_ns
     from traceadvisor.whatif.scenarios import step_time_ns
 
     try:
@@ -163,6 +167,7 @@ def whatif(
     except (TraceError, Refused, OSError) as exc:
         raise fail(str(exc)) from None
     report = to_dict(str(trace), _us(profiled), outcomes, found, MeasuredSteps.of_key(loaded.meta.traceadvisor))
+    report["caveat"] = unprofiled_basis(loaded, predicted_step_ns(loaded))[1]
     if fmt is Format.json:
         typer.echo(json.dumps(report, indent=2))
     else:
