@@ -4,6 +4,7 @@
     python bench/pairs_validation.py --all-runs [--calibrated]
     python bench/pairs_validation.py --across-runs [--calibrated]
     python bench/pairs_validation.py --given [--pairs FILE]   (as --step-time: each side's measured median)
+    python bench/pairs_validation.py --intervals [--pairs FILE]   (each pair's saving per step interval)
 
 For every pair of a pairs file (captured by ``fixtures/capture_pairs.py``; by default run 14,
 ``fixtures/pairs12_runs/run_14/pairs12.json``: every pair, stack traces, and the first run whose
@@ -42,8 +43,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from traceadvisor.trace.load import load_file  # noqa: E402
-from traceadvisor.whatif.profiler_cost import give_step_time  # noqa: E402
-from traceadvisor.whatif.savings import predicted_step_ns, saving_of, scenario_saving  # noqa: E402
+from traceadvisor.whatif.profiler_cost import give_step_time, unprofiled_replay  # noqa: E402
+from traceadvisor.whatif.refused import Refused  # noqa: E402
+from traceadvisor.whatif.replay import replay  # noqa: E402
+from traceadvisor.whatif.savings import (  # noqa: E402
+    predicted_step_ns,
+    saving_of,
+    scenario_saving,
+    with_profiler_removed,
+)
 from traceadvisor.whatif.scenarios import SCENARIOS, combine  # noqa: E402
 
 # A pair whose fix is several graph changes at once (none now: torch.compile is the ``compile``
@@ -181,8 +189,15 @@ def main() -> int:
         help="each pair over every clean run (CUPTI detached) with the variant's traces: the measured savings' "
         "spread between runs, and the medians of measured and predicted",
     )
+    ap.add_argument(
+        "--intervals",
+        action="store_true",
+        help="each pair's predicted saving on each interval between two step ends of its before trace",
+    )
     args = ap.parse_args()
     calibrated: bool | str = "given" if args.given else args.calibrated
+    if args.intervals:
+        return intervals(json.loads(args.pairs.read_text()), args.variant, args.pairs.parent / "traces")
     if args.all_runs:
         return all_runs(args.variant, calibrated)
     if args.across_runs:
@@ -279,6 +294,38 @@ def all_runs(variant: str, calibrated: bool | str) -> int:
     for key, t in sorted(totals.items()):
         group, split = key.split()
         print(counts(f"total, CUPTI {group}", split, t))
+    return 0
+
+
+def intervals(pairs: dict[str, Any], variant: str, traces: Path) -> int:
+    """Each pair's predicted saving (%) on each interval between two consecutive step ends of its
+    before trace, against the whole trace's: a trace's step time is the mean spacing of its step
+    ends (``scenarios.step_time_ns``), so with two active steps it rests on one interval, and this
+    shows how much one interval would have said alone. A batch change compares time per sample."""
+    print(f"{'pair':18s} {'measured':>8s} {'all':>6s} | predicted saving per step interval")
+    for name, p in pairs["pairs"].items():
+        rec = p.get("traces", {}).get(f"before_{variant}")
+        if p.get("status") != "ok" or rec is None or p.get("scenario") not in SCENARIOS:
+            continue
+        trace = load_file(traces / rec["file"])
+        try:
+            ov = SCENARIOS[p["scenario"]].build(trace)
+        except Refused as exc:
+            print(f"{name:18s} refused: {exc}")
+            continue
+        ends_before = np.array([s.replayed_end_ns for s in unprofiled_replay(trace).steps], dtype=np.float64)
+        ends_after = np.array(
+            [s.replayed_end_ns for s in replay(trace, with_profiler_removed(trace, ov)).steps], dtype=np.float64
+        )
+        per = p.get("samples_per_step")
+        ratio = per["after"] / per["before"] if per else 1.0
+        before, after = np.diff(ends_before), np.diff(ends_after) / ratio
+        whole = (ends_before[-1] - ends_before[0], (ends_after[-1] - ends_after[0]) / ratio)
+        saving = (before - after) / before * 100.0
+        overall = (whole[0] - whole[1]) / whole[0] * 100.0
+        if not per:  # a fix predicted to slow the step saves nothing (Saving.saving_ns)
+            saving, overall = np.maximum(saving, 0.0), max(overall, 0.0)
+        print(f"{name:18s} {p['measured_saving_pct']:8.1f} {overall:6.1f} | " + " ".join(f"{x:6.1f}" for x in saving))
     return 0
 
 

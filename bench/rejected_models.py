@@ -1,6 +1,6 @@
 """Profiler-cost models that were tried and not kept, reproduced: what they did to the pairs.
 
-    python bench/rejected_models.py no-host-speed|compiled-stack|launch-constant
+    python bench/rejected_models.py no-host-speed|compiled-stack|launch-constant|host-indicators
 
 ``no-host-speed``: the profiler costs without the host's speed (what the tool did before runs 14 and
 15): refitted on the same fit traces with every trace's costs as they are, then the clean runs' pairs
@@ -22,7 +22,9 @@ what the gaps hold); the fit traces then come out at -37 to +63% and the validat
 becomes +130/+114%). ``launch-constant``: Inductor's launch records at one
 fitted constant instead of a multiple of their recorded duration (what the tool does), on the
 compiled traces recorded without stacks. Both print the unprofiled step's error against the steps
-timed around each capture. Nothing here changes the tool: each model is patched in for the run, then
+timed around each capture. ``host-indicators``: other figures of a trace than its median kernel-launch
+call as the measure of its host's speed, compared on the calibrations of the clean runs' eager traces.
+Nothing here changes the tool: each model is patched in for the run, then
 the figures are printed.
 """
 
@@ -304,11 +306,78 @@ def launch_constant() -> None:
         print(f"    median |error|: {np.median(tool_errs):.0f}% / {np.median(old_errs):.0f}%")
 
 
+# Runs whose eager stack traces the host-speed indicators are compared on (CUPTI detached).
+INDICATOR_RUNS = ("run_14", "run_16", "run_17", "run_18")
+VIEW_OPS = ("aten::view", "aten::t", "aten::transpose", "aten::as_strided", "aten::detach", "aten::_unsafe_view")
+
+
+def host_indicators() -> None:
+    """Which of a trace's own figures best tells how slow its host ran while it was profiled: for every
+    eager stack trace of the clean runs whose measured step the calibration had to reach (factor not
+    1.0 nor at its bound), the host speed that calibration implies (the tool's speed x its factor)
+    against each candidate (the median launch call, what the tool uses; the median aten::empty; the
+    median and 25th percentile of the built-in calls the Python tracer recorded; the median view op):
+    the correlation of their logarithms and the residual of the best power law."""
+    from traceadvisor.whatif.scenarios import runs_compiled
+
+    needed: list[float] = []
+    found: dict[str, list[float]] = {k: [] for k in ("launch", "aten::empty", "builtin", "builtin p25", "view")}
+    for run in INDICATOR_RUNS:
+        path = ROOT / "fixtures" / "pairs12_runs" / run / "pairs12.json"
+        for p in json.loads(path.read_text())["pairs"].values():
+            for side in ("before", "after"):
+                rec = p.get("traces", {}).get(f"{side}_stack")
+                if p.get("status") != "ok" or rec is None or not rec.get("adjacent_unprofiled_us"):
+                    continue
+                trace = load_file(path.parent / "traces" / rec["file"])
+                if runs_compiled(trace):
+                    continue
+                trace.meta.traceadvisor = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
+                factor = pc.calibration(trace)
+                if factor in (1.0, 4.0):
+                    continue
+                needed.append(pc.host_speed(trace, pc.ProfilerCost.bundled().reference_launch_ns) * factor)
+                host, frames = trace.host, trace.frames
+                hd = (host["end_ns"] - host["ts_ns"]).to_numpy(dtype=np.float64)
+                names = host["name"].astype(str)
+                fd = (frames["end_ns"] - frames["ts_ns"]).to_numpy(dtype=np.float64)
+                builtin = fd[frames["name"].astype(str).str.startswith("<built-in").to_numpy()]
+
+                def med(values: np.ndarray, q: float = 50.0) -> float:
+                    return float(np.percentile(values, q)) if len(values) > 20 else float("nan")
+
+                found["launch"].append(pc.median_launch_ns(trace) or float("nan"))
+                found["aten::empty"].append(med(hd[(names == "aten::empty").to_numpy()]))
+                found["builtin"].append(med(builtin))
+                found["builtin p25"].append(med(builtin, 25.0))
+                found["view"].append(med(hd[names.isin(VIEW_OPS).to_numpy()]))
+    y_all = np.log(np.array(needed))
+    print(
+        f"{len(needed)} eager stack traces whose measured step the calibration moved (runs {', '.join(INDICATOR_RUNS)})"
+    )
+    print(f"spread of the implied host speed (rms of its log about the mean): {np.std(y_all):.3f}")
+    for name, values in found.items():
+        x = np.array(values)
+        ok = ~np.isnan(x)
+        lx, ly = np.log(x[ok]), y_all[ok]
+        slope, icept = np.polyfit(lx, ly, 1)
+        resid = ly - (icept + slope * lx)
+        print(
+            f"  {name:12s} {int(ok.sum()):3d} traces: correlation {np.corrcoef(lx, ly)[0, 1]:+.2f}, "
+            f"power {slope:.2f}, residual rms {np.sqrt(np.mean(resid**2)):.3f} (against {np.std(ly):.3f})"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", choices=["no-host-speed", "compiled-stack", "launch-constant"])
+    ap.add_argument("model", choices=["no-host-speed", "compiled-stack", "launch-constant", "host-indicators"])
     args = ap.parse_args()
-    {"no-host-speed": no_host_speed, "compiled-stack": compiled_stack, "launch-constant": launch_constant}[args.model]()
+    {
+        "no-host-speed": no_host_speed,
+        "compiled-stack": compiled_stack,
+        "launch-constant": launch_constant,
+        "host-indicators": host_indicators,
+    }[args.model]()
     return 0
 
 
