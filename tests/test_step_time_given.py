@@ -65,6 +65,12 @@ def test_step_time_refuses_what_is_no_duration(text: str) -> None:
         parse_step_time(text)
 
 
+def test_the_report_names_the_source_the_replay_stores() -> None:
+    from traceadvisor.report import format as report_format
+
+    assert report_format.GIVEN_STEP_SOURCE == GIVEN_STEP_SOURCE
+
+
 def test_a_given_step_calibrates_the_prediction_to_it() -> None:
     given = _adjacent_us("conv_cl", "before")
     bare = load_file(CONV)

@@ -13,7 +13,7 @@ import typer
 
 from traceadvisor.console import StepTimeOption, fail
 from traceadvisor.errors import TraceError
-from traceadvisor.report.format import fmt_time
+from traceadvisor.report.format import fmt_time, measured_source_words
 from traceadvisor.report.model import MeasuredSteps
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.refused import Refused
@@ -101,22 +101,15 @@ def to_dict(
     }
 
 
-def source_words(measured: dict[str, Any]) -> str:
-    """Where a calibration's step time came from, in words."""
-    from traceadvisor.whatif.profiler_cost import GIVEN_STEP_SOURCE
-
-    if measured["source"] == GIVEN_STEP_SOURCE:
-        return "given with --step-time"
-    return f"median of {measured['count']} steps timed by {measured['source']}"
-
-
 def render_text(report: dict[str, Any]) -> str:
     """One line per scenario: before -> after, saving per step, the findings it answers."""
     lines = [f"what-if on {report['trace']}", NOTE]
     if report["profiled_step_us"] is not None:
         lines.append(f"  profiled step: {fmt_time(report['profiled_step_us'])}")
     if (cal := report.get("calibrated_to")) is not None:
-        lines.append(f"  calibrated to: {fmt_time(cal['median_us'])} a step without the profiler ({source_words(cal)})")
+        measured = MeasuredSteps.from_dict(cal)
+        words = measured_source_words(measured) if measured is not None else ""
+        lines.append(f"  calibrated to: {fmt_time(cal['median_us'])} a step without the profiler ({words})")
     if report.get("caveat"):
         lines.append(f"  caveat: {report['caveat']}")
     for s in report["scenarios"]:

@@ -94,10 +94,15 @@ def ms(us_value: float) -> str:
     return fmt_time(us_value)
 
 
+# The source a step time given with ``--step-time`` is stored under: whatif.profiler_cost's
+# GIVEN_STEP_SOURCE (the report renders plain data and does not import the replay; a test ties them)
+GIVEN_STEP_SOURCE = "--step-time"
+
+
 def measured_source_words(m: MeasuredSteps) -> str:
     """Where ``traces[].measured_unprofiled_step_us`` came from, in words: the steps capture or the
     advisor timed with the profiler off, or the step time given with ``--step-time``."""
-    if m.source == "--step-time":  # whatif.profiler_cost.GIVEN_STEP_SOURCE (the report does not import the replay)
+    if m.source == GIVEN_STEP_SOURCE:
         return "given with --step-time"
     return f"median of {m.count} steps, profiler off"
 
@@ -110,7 +115,7 @@ def step_time_line(st: StepTime, measured: MeasuredSteps | None = None) -> str:
         predicted = fmt_time(st.unprofiled_step_us)
         basis = ""
         if st.unprofiled_basis == "calibrated":
-            given = measured is not None and measured.source == "--step-time"
+            given = measured is not None and measured.source == GIVEN_STEP_SOURCE
             basis = "; calibrated to the step time given" if given else "; calibrated to the steps timed without it"
             if st.unprofiled_caveat:
                 basis += f", but {st.unprofiled_caveat}"
