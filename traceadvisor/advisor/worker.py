@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from traceadvisor.capture.unprofiled import with_key
-from traceadvisor.worker_priority import lower_priority
 
 # zlib's default level: within a few percent of level 9's size at a fraction of its time. (torch's
 # own ``.gz`` export compresses at the gzip module's default, 9, on the training thread.)
@@ -254,7 +253,8 @@ def main(argv: list[str]) -> int:
     fd = int(argv[0])
     if len(argv) > 2:
         watch_parent(int(argv[2]))
-    lower_priority(argv[1])  # again: a worker started without _WORKER_MAIN (it is idempotent)
+    # its priority (argv[1]) was lowered by its command before any import (backend._WORKER_MAIN): not
+    # again, since a niceness adds up (os.nice(10) twice is nice 19)
     # Anything a library prints must not reach the parent's stdout (it is the user's).
     os.dup2(2, 1)
     import warnings
