@@ -5,6 +5,7 @@
     python bench/pairs_validation.py --across-runs [--calibrated]
     python bench/pairs_validation.py --given [--pairs FILE]   (as --step-time: each side's measured median)
     python bench/pairs_validation.py --intervals [--pairs FILE]   (each pair's saving per step interval)
+    python bench/pairs_validation.py --captures [--pairs FILE]   (run 19: the median prediction over N captures)
 
 For every pair of a pairs file (captured by ``fixtures/capture_pairs.py``; by default run 14,
 ``fixtures/pairs12_runs/run_14/pairs12.json``: every pair, stack traces, and the first run whose
@@ -53,6 +54,11 @@ from traceadvisor.whatif.savings import (  # noqa: E402
     with_profiler_removed,
 )
 from traceadvisor.whatif.scenarios import SCENARIOS, combine  # noqa: E402
+
+DEFAULT_PAIRS = ROOT / "fixtures" / "pairs12_runs" / "run_14" / "pairs12.json"
+# The run captured with ``capture_pairs.py --captures 5``: five captures of each side of the eight
+# validation pairs below, spread over 15 interleaved rounds (fixtures/traces/PROVENANCE.md, run 19).
+CAPTURES_RUN = ROOT / "fixtures" / "pairs12_runs" / "run_19" / "pairs12.json"
 
 # A pair whose fix is several graph changes at once (none now: torch.compile is the ``compile``
 # scenario, traceadvisor.whatif.scenarios.compiled).
@@ -169,7 +175,7 @@ def fmt(v: Any, w: int = 9, d: int = 1) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=Path, default=ROOT / "fixtures" / "pairs12_runs" / "run_14" / "pairs12.json")
+    ap.add_argument("--pairs", type=Path, default=DEFAULT_PAIRS)
     ap.add_argument("--variant", default="stack")
     ap.add_argument("--json", type=Path)
     ap.add_argument(
@@ -190,12 +196,21 @@ def main() -> int:
         "spread between runs, and the medians of measured and predicted",
     )
     ap.add_argument(
+        "--captures",
+        action="store_true",
+        help="a run captured with capture_pairs.py --captures N (default: run 19): each pair's prediction from "
+        "every capture, spread over its interleaved rounds, and their median against the measured median",
+    )
+    ap.add_argument(
         "--intervals",
         action="store_true",
         help="each pair's predicted saving on each interval between two step ends of its before trace",
     )
     args = ap.parse_args()
     calibrated: bool | str = "given" if args.given else args.calibrated
+    if args.captures:
+        pairs_file = args.pairs if args.pairs != DEFAULT_PAIRS else CAPTURES_RUN
+        return captures(json.loads(pairs_file.read_text()), args.variant, pairs_file.parent / "traces", calibrated)
     if args.intervals:
         return intervals(json.loads(args.pairs.read_text()), args.variant, args.pairs.parent / "traces")
     if args.all_runs:
@@ -379,6 +394,64 @@ def across_runs(variant: str, calibrated: bool | str) -> int:
             f"across runs: {c[1]}/{c[4]}, their medians within 20%: {c[5]}/{c[1]}; per-run predictions inside the "
             f"runs' measured range (widened by 20% of the median): {c[2]}/{c[3]}"
         )
+    return 0
+
+
+def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool | str) -> int:
+    """Each pair's prediction from every one of its captures (``capture_pairs.py --captures N``: N
+    captures of each side spread over the interleaved rounds), against the measured median of those
+    rounds. A single capture meets the host in one state (its speed drifts 1.5-2.5x over minutes on the
+    capture machine), while the measured median spans every round: the median prediction over the
+    captures is the one comparable with it, and the captures' spread is how far one capture's
+    prediction can move with the host alone."""
+    per_pair: dict[str, list[dict[str, Any]]] = {}
+    for name, p in pairs["pairs"].items():
+        for got in p.get("captures", []):
+            one = {"pairs": {name: dict(p, traces=got)}}
+            per_pair.setdefault(name, []).extend(validate(one, variant, traces, calibrated))
+    if not per_pair:
+        print("no pair of this file was captured more than once (capture_pairs.py --captures N)", file=sys.stderr)
+        return 2
+    n = max(len(rows) for rows in per_pair.values())
+    print(f"{n} captures per pair, spread over the interleaved rounds; saving % (and steps µs)")
+    print(
+        f"{'pair':18s} {'half':4s} | {'measured [95% CI]':>20s} | {'each capture':>{7 * n}s} | "
+        f"{'median':>6s} {'err%':>6s} | {'steps µs before meas/pred':>25s} {'after meas/pred':>17s}"
+    )
+    c = {"median_20": 0, "median_right": 0, "each_20": 0, "each": 0, "pairs": 0, "steps_10": 0, "steps": 0}
+    for name, rows in per_pair.items():
+        rows = [r for r in rows if "predicted_saving_pct" in r]
+        if not rows:
+            continue
+        r0 = rows[0]
+        preds = [r["predicted_saving_pct"] for r in rows]
+        med = float(np.median(preds))
+        row = dict(r0, predicted_saving_pct=med)
+        steps = {
+            side: float(np.median([r[f"{side}_predicted_us"] for r in rows if f"{side}_predicted_us" in r]))
+            for side in ("before", "after")
+        }
+        c["pairs"] += 1
+        c["median_20"] += strictly(row)
+        c["median_right"] += bool(right(row))
+        c["each_20"] += sum(strictly(r) for r in rows)
+        c["each"] += len(rows)
+        for side in ("before", "after"):
+            c["steps"] += 1
+            c["steps_10"] += abs(err_pct(steps[side], r0[f"{side}_measured_us"])) <= 10.0
+        lo, hi = r0["measured_ci_pct"]
+        print(
+            f"{name:18s} {r0['split'][:4]:4s} | {r0['measured_saving_pct']:6.1f} [{lo:5.1f},{hi:5.1f}] | "
+            + " ".join(f"{x:6.1f}" for x in preds).rjust(7 * n)
+            + f" | {med:6.1f} {fmt(err_pct(med, r0['measured_saving_pct']), 6, 0)} | "
+            f"{r0['before_measured_us']:9.1f}/{steps['before']:9.1f}     "
+            f"{r0['after_measured_us']:8.1f}/{steps['after']:8.1f}"
+        )
+    print(
+        f"median over captures within 20% of the measured saving: {c['median_20']}/{c['pairs']}, right (within 20% "
+        f"or the 95% CI): {c['median_right']}/{c['pairs']}; single captures within 20%: {c['each_20']}/{c['each']}; "
+        f"median predicted steps within 10%: {c['steps_10']}/{c['steps']}"
+    )
     return 0
 
 

@@ -60,10 +60,13 @@ def test_replay_error_within_two_percent(path: Path) -> None:
     assert err is None or err <= MAX_REPLAY_ERROR_PCT, f"{key}: replay error {err:.2f}%"
 
 
-# The GPU pairs' other runs (fixtures/pairs12_runs/run_N/traces/): the replay alone (a whole analysis
+# The GPU pairs' other runs (fixtures/pairs12_runs/run_N/traces/) and the post-sync windows of the
+# no-sync pairs' loops (fixtures/post_sync/traces/): the replay alone (a whole analysis
 # of each of the 150-odd would add minutes to the suite for findings the main fixture's traces
 # already cover). fixtures/wrapper_length/'s traces have no steps (two forwards, no schedule).
-RUN_TRACES = sorted((FIXTURE_TRACES.parent / "pairs12_runs").glob("run_*/traces/*.json.gz"))
+RUN_TRACES = sorted((FIXTURE_TRACES.parent / "pairs12_runs").glob("run_*/traces/*.json.gz")) + sorted(
+    (FIXTURE_TRACES.parent / "post_sync" / "traces").glob("*.json.gz")
+)
 
 
 @pytest.mark.parametrize("path", RUN_TRACES, ids=[str(p.relative_to(p.parents[2])) for p in RUN_TRACES])
