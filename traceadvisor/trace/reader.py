@@ -542,6 +542,8 @@ def read_head(path: Path, blocks: Iterator[bytes], result: ReadResult) -> tuple[
     except UnicodeDecodeError:
         raise TraceError(f"{path}: not valid UTF-8 JSON") from None
     except msgspec.DecodeError as exc:
+        if _bad_utf8(exc):
+            raise TraceError(f"{path}: not valid UTF-8 JSON") from None
         if result.truncated or "truncated" in str(exc):
             raise TraceError(f"{path}: trace is cut off before its events ({len(buf)} bytes)") from None
         raise TraceError(f"{path}: not valid JSON ({_describe(exc)})") from None
@@ -682,6 +684,8 @@ def _attempt_chunk(chunk: bytes, start: int, result: ReadResult, final: bool) ->
     except msgspec.ValidationError:
         pass  # ill-typed events: decoded one by one below
     except msgspec.DecodeError as exc:
+        if _bad_utf8(exc):
+            return _DAMAGE, start - 1 + _bad_utf8_at(chunk)
         if "truncated" in str(exc):
             fixed = _fix_surrogates(chunk, result)
             if fixed is not chunk:
@@ -733,6 +737,16 @@ def _trailing_at(exc: msgspec.DecodeError, data: bytes) -> int | None:
     if "trailing characters" not in message or m is None:
         return None
     return _value_end(data, int(m.group(1)))
+
+
+def _bad_utf8(exc: Exception) -> bool:
+    """Is a decode error invalid UTF-8 inside a string? msgspec raised ``UnicodeDecodeError`` for it
+    up to 0.22 and raises a ``DecodeError`` saying "Invalid UTF-8 encoded string", with no byte
+    offset, from 0.23 on: read as the offset-less kind of damage it is, not as a wrong cut (which
+    re-read a whole batch of good events leniently, each counted as repaired)."""
+    return isinstance(exc, UnicodeDecodeError) or (
+        isinstance(exc, msgspec.DecodeError) and "invalid utf-8" in str(exc).lower()
+    )
 
 
 def _bad_utf8_at(chunk: bytes) -> int:
