@@ -77,6 +77,7 @@ import pairs_validation as pv  # noqa: E402
 from test_rules_real import PAIR_RULE  # noqa: E402  (the independent pairs and their rules, as the test checks them)
 
 from traceadvisor.testing import find_rule, run_case  # noqa: E402
+from traceadvisor.trace import intervals  # noqa: E402
 from traceadvisor.trace.load import load_file  # noqa: E402
 from traceadvisor.trace.model import Trace  # noqa: E402
 from traceadvisor.whatif import profiler_cost as pc  # noqa: E402
@@ -397,18 +398,16 @@ def host_indicators() -> None:
         )
 
 
-def _busy_ns(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
-    """The union of the intervals ``[start, end)`` inside ``[lo, hi)`` (ns)."""
-    s, e = np.clip(start, lo, hi), np.clip(end, lo, hi)
-    keep = e > s
-    s, e = s[keep], e[keep]
-    order = np.argsort(s, kind="stable")
-    total, reach = 0, lo
-    for a, b in zip(s[order].tolist(), e[order].tolist(), strict=True):
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total
+def _gpu_bound(trace: Trace, r: Any) -> bool:
+    """Does the device's replayed busy time per step interval (first step's end to the last's)
+    reach the spacing of the CPU window ends? The steady-state-period and calibration-gpu-bound
+    models' test of a GPU-bound loop."""
+    first, last, n = r.steps[0], r.steps[-1], len(r.steps) - 1
+    rows = np.flatnonzero(trace.gpu["device"].to_numpy() == trace.device_ids[0])
+    s, e = intervals.merge(np.asarray(r.gpu_start_ns)[rows], np.asarray(r.gpu_end_ns)[rows])
+    busy = int(intervals.covered(s, e, first.replayed_end_ns, last.replayed_end_ns)[0])
+    cpu_end = _cpu_ends(r)
+    return busy / n >= (cpu_end[-1] - cpu_end[0]) / n
 
 
 def _compare_step_rule(label: str, rule: Any) -> None:
@@ -461,13 +460,8 @@ def steady_state_period() -> None:
     under the next step's host work), else the spacing of the step ends (the tool's rule)."""
 
     def period(trace: Trace, r: Any) -> float | None:
-        first, last, n = r.steps[0], r.steps[-1], len(r.steps) - 1
         cpu_end = _cpu_ends(r)
-        rows = np.flatnonzero(trace.gpu["device"].to_numpy() == trace.device_ids[0])
-        starts, ends = np.asarray(r.gpu_start_ns)[rows], np.asarray(r.gpu_end_ns)[rows]
-        busy = _busy_ns(starts, ends, first.replayed_end_ns, last.replayed_end_ns)
-        cpu_period = (cpu_end[-1] - cpu_end[0]) / n
-        return None if busy / n >= cpu_period else cpu_period
+        return None if _gpu_bound(trace, r) else (cpu_end[-1] - cpu_end[0]) / (len(r.steps) - 1)
 
     _compare_step_rule("the loop's period (CPU window ends where the host is the bottleneck):", period)
 
@@ -519,16 +513,7 @@ def calibration_gpu_bound() -> None:
         r = replay(trace, pc.unprofiled_overrides(trace, pc.ProfilerCost.bundled().for_trace(trace)))
         if step_time_ns(r) >= target:
             return tool(trace)
-        first, last, n = r.steps[0], r.steps[-1], len(r.steps) - 1
-        cpu_end = [s.replayed_end_ns - s.replayed_span_ns + s.replayed_cpu_ns for s in (first, last)]
-        rows = np.flatnonzero(trace.gpu["device"].to_numpy() == trace.device_ids[0])
-        busy = _busy_ns(
-            np.asarray(r.gpu_start_ns)[rows],
-            np.asarray(r.gpu_end_ns)[rows],
-            first.replayed_end_ns,
-            last.replayed_end_ns,
-        )
-        return 1.0 if busy / n >= (cpu_end[1] - cpu_end[0]) / n else tool(trace)
+        return 1.0 if _gpu_bound(trace, r) else tool(trace)
 
     print("the tool's calibration:")
     pv.all_runs("stack", True)
