@@ -4,6 +4,7 @@
     python bench/window_figures.py steps PAIR         run 19: each capture's replayed steps and saving
     python bench/window_figures.py idle [PAIR]        run 19: GPU idle per step interval, before and with the fix
     python bench/window_figures.py kernels [PAIR]     each clean run: kernel time per step, before and after
+    python bench/window_figures.py clocks [PAIR]      runs 20-21 (H200): SM clock and power in rounds and windows
 
 ``gpu-bound``: every side of the clean runs (14-19, stack traces) whose predicted unprofiled step is
 no shorter than 98% of its profiled one (the profiler does not stretch it: the GPU sets it), with
@@ -12,6 +13,10 @@ unprofiled medians timed right around the capture (``adjacent``) and over the in
 ``steps``: for each of run 19's captures of PAIR's before side, every step's replayed CPU window
 and span without the profiler, the predicted step and the pair's scenario saving (per sample for a
 batch change), and the saving with only its GPU-side changes or only its host-side ones.
+``clocks``: for each side of the runs that read the GPU's state (``gpu_state``: runs 20 and 21, an
+H200), GPU-bound sides (as ``gpu-bound`` picks them) and item_gpu's: the kernel time per profiled
+step (median over the captures) against the interleaved median, and the SM clock and power over
+the rounds (medians) and right before and after each window (medians over the captures).
 ``idle``: for each capture of PAIR (default item_gpu), the device's busy time and idle per step
 interval in the unprofiled replay and with the scenario applied, and the host's CPU window per step
 with it.
@@ -39,7 +44,8 @@ from traceadvisor.whatif.savings import predicted_step_ns, with_profiler_removed
 from traceadvisor.whatif.scenarios import SCENARIOS, step_time_ns  # noqa: E402
 
 RUNS = ROOT / "fixtures" / "pairs12_runs"
-CLEAN_RUNS = (14, 16, 17, 18, 19)
+CLEAN_RUNS = (14, 16, 17, 18, 19, 20, 21)
+STATE_RUNS = (20, 21)  # the runs whose pairs12.json holds gpu_state (capture_pairs.py reads NVML)
 
 
 def run_doc(n: int) -> dict[str, Any]:
@@ -138,6 +144,41 @@ def kernels(pair: str) -> int:
     return 0
 
 
+def _median(values: list[float]) -> float:
+    return float(np.median(values)) if values else float("nan")
+
+
+def clocks(only: str | None) -> int:
+    print(
+        f"{'run':>3s} {'pair':18s} {'side':6s} {'kernels':>8s} {'rounds':>8s} {'':>7s} "
+        f"{'round MHz':>9s} {'W':>4s} {'window MHz before -> after':>27s}"
+    )
+    for n in STATE_RUNS:
+        for name, p in run_doc(n)["pairs"].items():
+            if p.get("status") != "ok" or (only and name != only):
+                continue
+            for side in ("before", "after"):
+                rec = p["traces"][f"{side}_stack"]
+                trace = trace_of(n, rec)
+                profiled = step_time_ns(measured_replay(trace), measured=True) / 1e3
+                if not only and name != "item_gpu" and predicted_step_ns(trace) / 1e3 < 0.98 * profiled:
+                    continue  # the profiler's host cost stretches it: its kernels do not set the step
+                caps = [c[f"{side}_stack"] for c in p.get("captures") or [p["traces"]]]
+                kern = _median([kernel_us_per_step(trace_of(n, c)) for c in caps])
+                rounds = p[f"{side}_step_us"]["median"]
+                state = p["gpu_state"][side]
+                win = [
+                    _median([c["gpu_state"][w]["sm_clock_mhz"] for c in caps])
+                    for w in ("before_window", "after_window")
+                ]
+                print(
+                    f"{n:3d} {name:18s} {side:6s} {kern:8.0f} {rounds:8.0f} {rounds / kern - 1:+7.1%} "
+                    f"{_median([s['sm_clock_mhz'] for s in state]):9.0f} {_median([s['power_w'] for s in state]):4.0f} "
+                    f"{win[0]:16.0f} -> {win[1]:6.0f}"
+                )
+    return 0
+
+
 def _interval_busy_us(trace: Trace, r: Replay) -> tuple[float, float]:
     """The device's busy time and the length of the step intervals (first step's end to the last's),
     per interval (µs)."""
@@ -172,6 +213,7 @@ def main() -> int:
     sub.add_parser("steps").add_argument("pair")
     sub.add_parser("idle").add_argument("pair", nargs="?", default="item_gpu")
     sub.add_parser("kernels").add_argument("pair", nargs="?", default="item_gpu")
+    sub.add_parser("clocks").add_argument("pair", nargs="?", default=None)
     args = ap.parse_args()
     if args.what == "gpu-bound":
         return gpu_bound()
@@ -179,6 +221,8 @@ def main() -> int:
         return steps(args.pair)
     if args.what == "kernels":
         return kernels(args.pair)
+    if args.what == "clocks":
+        return clocks(args.pair)
     return idle(args.pair)
 
 
