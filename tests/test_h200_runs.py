@@ -77,3 +77,22 @@ def test_the_dense_bf16_loop_runs_at_the_power_limit_below_the_top_clock(run: st
     assert power >= 0.97 * 700.0 and clock < 0.9 * 1980.0
     storm = pairs(run)["pairs"]["storm"]["gpu_state"]["after"]
     assert all(s["sm_clock_mhz"] == 1980.0 and s["power_w"] < 300.0 for s in storm)
+
+
+PHASES = Path(__file__).resolve().parent.parent / "fixtures" / "item_gpu_phases"
+
+
+@pytest.mark.parametrize("steps", (40, 160))
+def test_the_unprofiled_loop_is_slower_in_its_kernels_not_between_them(steps: int) -> None:
+    """fixtures/item_gpu_phases/ (item_gpu's no-sync loop on the H200, CUDA events between each
+    step's forward, backward and optimizer): unprofiled, the phases add up to the step (no gap
+    between kernels worth 0.5%), and the GEMM phases run longer than in the profiled window of the
+    same round, more so over longer rounds (the GPU's clock under sustained load)."""
+    rounds = json.loads((PHASES / f"item_gpu_phases_{steps}.json").read_text())["rounds"]
+    for r in rounds:
+        u = r["unprofiled"]
+        assert abs(u["step"] - (u["forward"] + u["backward"] + u["optimizer"])) < 0.005 * u["step"]
+    slower = sorted(r["unprofiled"]["backward"] / r["window"]["backward"] for r in rounds)
+    assert slower[len(slower) // 2] > 1.02
+    if steps == 160:
+        assert slower[0] > 1.02
