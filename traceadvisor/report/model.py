@@ -455,8 +455,9 @@ class StepVariation:
     """``traces[].step_variation``: how far the profiled steps' spans differ. A step's span runs
     from its CPU start to the later of its CPU end and its GPU end (its work done), or over its GPU
     work alone where that began after its CPU part ended (``summary.steps.step_spans_ns``: the GPU
-    was still busy with earlier steps); steps of zero span are left out. ``unstable``: the slowest is at least ``summary/steps.UNSTABLE_STEP_RATIO``
-    times the fastest, so a mean per step describes no real step."""
+    was still busy with earlier steps); steps of zero span are left out. ``unstable``: the slowest
+    is at least ``summary/steps.UNSTABLE_STEP_RATIO`` times the fastest, so a mean per step
+    describes no real step."""
 
     min_us: float
     max_us: float
