@@ -21,13 +21,14 @@ from traceadvisor.whatif.savings import predicted_step_ns
 from traceadvisor.whatif.scenarios import runs_compiled, step_time_ns
 
 # The bundled profiler costs are fitted on eager code. Where a trace recorded torch.compile'd code
-# with stacks, the profiler's cost of the generated wrapper's calls and launchers differs from
-# program to program beyond what the event kinds capture: on the H100 pairs the uncalibrated
-# prediction of such a compiled step was off by -81% to +230% (docs/whatif.md, "The profiler's
-# cost in compiled code"), where eager steps land within 10% on half the traces.
+# with stacks, the profiler's cost of the generated wrapper is taken from the gaps between its calls
+# (``profiler_cost.wrapper_gaps``), and its launchers' from their records: on the compile pairs'
+# compiled sides (H100 and H200) the uncalibrated prediction lands at -38% to +73%, within 10% on
+# 16 of 36 traces (``python bench/compiled_steps.py``; per-frame costs alone: -73% to +283%, 3 of
+# 36), where eager steps land within 10% on half the traces.
 COMPILED_WITH_STACKS_CAVEAT = (
-    "torch.compile'd code recorded with stacks: the profiler's cost of its Python launchers is not modelled "
-    "reliably; time steps without the profiler (traceadvisor capture does) to calibrate"
+    "torch.compile'd code recorded with stacks: the profiler's cost of its generated wrapper and launchers "
+    "is modelled to about ±20%; time steps without the profiler (traceadvisor capture does) to calibrate"
 )
 
 

@@ -97,6 +97,10 @@ class ProfilerCost:
     # the fit traces' median kernel-launch call (ns): the host speed the costs are fitted at
     # (``host_speed``); None: the costs are used as they are
     reference_launch_ns: float | None = None
+    # the factors ``scaled`` (a trace's calibration) and ``at_host_speed`` applied: the measured
+    # costs (``wrapper_gap_costs``) take them as the per-kind constants do
+    scale: float = 1.0
+    speed: float = 1.0
 
     @classmethod
     def bundled(cls) -> ProfilerCost:
@@ -109,13 +113,17 @@ class ProfilerCost:
             self.fitted,
             {k: v * factor for k, v in self.per_recorded.items()},
             self.reference_launch_ns,
+            self.scale * factor,
+            self.speed,
         )
 
     def at_host_speed(self, speed: float) -> ProfilerCost:
         """The per-event costs times the host's ``speed`` (``host_speed``). The per-duration costs
         stay: a record's own duration already grew or shrank with the host."""
         ns = {k: v * speed for k, v in self.ns.items()}
-        return ProfilerCost(ns, self.fitted, self.per_recorded, self.reference_launch_ns)
+        return ProfilerCost(
+            ns, self.fitted, self.per_recorded, self.reference_launch_ns, self.scale, self.speed * speed
+        )
 
     def for_trace(self, trace: Trace) -> ProfilerCost:
         """These costs at the speed ``trace``'s host ran at while it was profiled."""
@@ -238,8 +246,96 @@ def profiler_time(trace: Trace, cost: ProfilerCost) -> HostTimeMap:
     for kind, multiple in cost.per_recorded.items():
         sel = kinds == KINDS.index(kind)
         costs[sel] = multiple * durs[sel]
+    gaps = wrapper_gaps(trace)
+    if gaps is not None:
+        # inside a long Inductor wrapper the frames' hooks are what the gaps between its calls hold
+        # (wrapper_gaps): the gaps beyond a line's own bytecode are the profiler's cost, the frames none
+        frame = np.isin(kinds, (KINDS.index("python"), KINDS.index("python_builtin")))
+        costs = np.where(frame & gaps.holds(threads, ts), 0.0, costs)
+        extra = np.maximum(gaps.gap_ns - WRAPPER_LINE_NS * cost.speed, 0.0) * cost.scale
+        threads = np.concatenate((threads, gaps.call_thread))
+        ts = np.concatenate((ts, gaps.call_ts))
+        costs = np.concatenate((costs, extra))
     points = point_costs(threads, ts, costs)
     return HostTimeMap(points.points, own_step_work(trace))
+
+
+# Inductor's generated wrapper (``call()`` in ``<cache>/torchinductor_<user>/xx/<hash>.py``) is one
+# long function: a line per buffer, launch or extern call. Under the Python tracer the profiler's
+# cost per call grows with the call's position in such a function (fixtures/wrapper_length/: the
+# gaps between its calls grow by 20-42 ns per earlier call, the frame's self time is 11-24 ns x
+# calls^2), which no per-event constant holds. Against the steps timed around the captures of the
+# compile pairs' compiled sides (runs 14, 16-21, uncalibrated; ``python bench/compiled_steps.py``),
+# per-frame costs left the fit pairs' traces at -73% to +47% (2 of 15 within 10%, median |error|
+# 47%) and the validation pairs' at -71% to +283% (1 of 21, median 56%); with each gap between a
+# long wrapper's calls taken out beyond a line's own bytecode and its frames at no cost, -38% to
+# +56% (6 of 15, median 17%) and -35% to +73% (10 of 21, median 18.5%). A short wrapper is left to
+# the per-frame costs: its position cost is small (under ~40 µs at 50 calls) and its gaps hold real
+# work: elementwise's 9-call wrapper (a fit pair) stays at +0 to +27% with them, +16% to +130% by
+# its gaps (the rejected model that took every wrapper's gaps: ``bench/rejected_models.py
+# compiled-stack``, docs/whatif.md).
+WRAPPER_MIN_CALLS = 50
+# a wrapper line's own bytecode between two calls, unprofiled (at the fit traces' host speed)
+WRAPPER_LINE_NS = 150.0
+INDUCTOR_WRAPPER = ("torchinductor", "): call")
+
+
+@dataclass(frozen=True)
+class WrapperGaps:
+    """The long Inductor wrappers of a trace (``WRAPPER_MIN_CALLS`` direct calls or more): each
+    wrapper call's span per thread, and each direct call's thread, start and the gap before it (from
+    the previous call's end, or the wrapper's start)."""
+
+    thread: npt.NDArray[np.int64]
+    start_ns: npt.NDArray[np.int64]
+    end_ns: npt.NDArray[np.int64]
+    call_thread: npt.NDArray[np.int64]
+    call_ts: npt.NDArray[np.int64]
+    gap_ns: npt.NDArray[np.float64]
+
+    def holds(self, threads: npt.NDArray[np.int64], ts: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which events (thread key, start) fall inside one of the wrappers on their own thread."""
+        out = np.zeros(len(ts), dtype=bool)
+        for k in np.unique(self.thread).tolist():
+            mine = np.flatnonzero(self.thread == k)
+            order = mine[np.argsort(self.start_ns[mine], kind="stable")]
+            s, e = self.start_ns[order], self.end_ns[order]
+            sel = np.flatnonzero(threads == k)
+            i = np.searchsorted(s, ts[sel], side="right") - 1
+            ok = i >= 0
+            ok[ok] = ts[sel][ok] < e[i[ok]]
+            out[sel] = ok
+        return out
+
+
+@memoised
+def wrapper_gaps(trace: Trace) -> WrapperGaps | None:
+    """The trace's long Inductor wrappers and the gaps between their calls (None without any)."""
+    f = trace.frames
+    if not len(f):
+        return None
+    names = f["name"].astype(str)
+    wrappers = f[names.str.contains(INDUCTOR_WRAPPER[0], regex=False) & names.str.endswith(INDUCTOR_WRAPPER[1])]
+    if not len(wrappers):
+        return None
+    calls = f[f["py_parent"].isin(wrappers["py_id"])].sort_values(["py_parent", "ts_ns"], kind="stable")
+    per_wrapper = calls.groupby("py_parent").size()
+    long_ids = per_wrapper.index[per_wrapper.to_numpy() >= WRAPPER_MIN_CALLS]
+    if not len(long_ids):
+        return None
+    wrappers = wrappers[wrappers["py_id"].isin(long_ids)]
+    calls = calls[calls["py_parent"].isin(long_ids)]
+    start = wrappers.set_index("py_id")["ts_ns"]
+    prev = calls.groupby("py_parent")["end_ns"].shift(1).fillna(calls["py_parent"].map(start))
+    gap = (calls["ts_ns"] - prev).to_numpy(dtype=np.float64)
+    return WrapperGaps(
+        thread_key(wrappers["pid"].to_numpy(), wrappers["tid"].to_numpy()),
+        wrappers["ts_ns"].to_numpy(dtype=np.int64),
+        wrappers["end_ns"].to_numpy(dtype=np.int64),
+        thread_key(calls["pid"].to_numpy(), calls["tid"].to_numpy()),
+        calls["ts_ns"].to_numpy(dtype=np.int64),
+        np.maximum(gap, 0.0),
+    )
 
 
 # The profiler's own Python at each prof.step() (torch/profiler/profiler.py, ``profile.step``: the
