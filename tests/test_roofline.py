@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from fixture_paths import EXTERNAL, TRACELENS
+from fixture_paths import EXTERNAL, REPO, TRACELENS
 
 from traceadvisor import load_file, roofline
 from traceadvisor.config import Config, load_config
@@ -882,3 +882,23 @@ def test_report_explains_kernels_above_the_roof() -> None:
     below = analyze_traces([load_file(root / "train_step.json.gz")])
     assert all(r.roof_pct is None or r.roof_pct <= 100 for r in below.traces[0].roofline.top_kernels)
     assert ABOVE_ROOF_NOTE not in " ".join(render_text(below).split())
+
+
+def test_the_kernels_of_a_tf32_op_share_its_tf32_peak() -> None:
+    """An op's work is split over its kernels by duration, so every kernel runs at the op's rate.
+    cuDNN runs fp32 convolutions on TF32 tensor cores (torch.backends.cudnn.allow_tf32 defaults to
+    True) and launches layout transposes around them (nchwToNhwcKernel): at the fp32 CUDA-core peak
+    those came out at 108% of their roof (convolution_backward at 72 TFLOP/s against the H200's
+    67). Every kernel of an op that has a TF32 kernel takes the TF32 peak, and no compute-bound
+    kernel is above its roof."""
+    path = REPO / "fixtures" / "pairs12_runs" / "run_21" / "traces" / "p12_conv_cl_before_stack.json.gz"
+    k = view.of(load_file(path)).kernels
+    names = k["name"].astype(str)
+    tf32_ops = set(k.loc[names.str.contains("tf32"), "op"])
+    transposes = k[names.str.contains("nchwToNhwc|nhwcToNchw") & k["op"].isin(tf32_ops)]
+    assert len(transposes) > 0
+    assert (transposes["peak_figure"] == "tf32").all()
+    shared = k[k["op"].isin(tf32_ops)]
+    assert (shared["peak_figure"] == "tf32").all()
+    compute = k[k["bound"] == "compute"]
+    assert len(compute) > 0 and (compute["roof_share"] <= 1.0).all()

@@ -430,6 +430,13 @@ def _add_bounds(df: pd.DataFrame, peaks: Peaks | None, grid_in_blocks: npt.NDArr
     dtype = df["dtype"].to_numpy()
     # Triton's tl.dot computes fp32 operands in TF32 by default (input_precision="tf32").
     tf32 = tf32 | ((df["op_class"].to_numpy() == TRITON_CLASS) & (dtype == "fp32"))
+    if "op" in df and tf32.any():
+        # The kernels of one op share its work (split by duration: the module docstring), so they
+        # share its peak: the layout transposes of a cuDNN TF32 convolution (nchwToNhwcKernel) run
+        # at the op's rate, which the fp32 CUDA-core peak put above the roof (108% of it in
+        # p12_conv_cl_before, H200 run 21: convolution_backward at 72 TFLOP/s against 67).
+        op = df["op"].to_numpy()
+        tf32 = tf32 | (np.isin(op, op[tf32]) & (dtype == "fp32"))
     # Rows without a compute term: the memory roof is all there is (see the module docstring).
     memory_only = df["basis"].to_numpy() == BASIS_TRITON_MEMORY
     combo = pd.MultiIndex.from_arrays([kind, dtype, tf32])
