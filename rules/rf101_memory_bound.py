@@ -141,13 +141,22 @@ class MemoryBound(Rule[Options]):
             basis=replay_basis(
                 replayed,
                 f"{plural(len(chains), 'producer→consumer chain')} of fusible memory-bound ops, each one fused "
-                f"kernel moving {found.after_gb:.2f} GB instead of {found.before_gb:.2f} GB at the bandwidth the "
+                f"kernel moving {fmt_gb(found.after_gb)} instead of {fmt_gb(found.before_gb)} at the bandwidth the "
                 "trace's big kernels reach, its eager ops one dispatch",
             ),
             evidence=evidence_from(all_k.loc[found.in_chain.index], category="kernel"),
             location=op_location(trace, int(chains.at[chains["dur_ns"].idxmax(), "first_op"])),
             data=found.data(replayed.saving_ns),
         )
+
+
+def fmt_gb(gb: float) -> str:
+    """A byte count given in GB, in the unit that keeps it readable (chains of small kernels move MB)."""
+    if gb >= 0.1:
+        return f"{gb:.2f} GB"
+    if gb >= 1e-4:
+        return f"{gb * 1e3:.1f} MB"
+    return f"{gb * 1e6:.1f} KB"
 
 
 def _recommendation(trace: Trace) -> str:
@@ -181,13 +190,22 @@ class Summary:
         classes = ", ".join(
             _CLASS_WORDS.get(c, c) for c in self.in_chain.groupby("op_class")["dur_ns"].sum().sort_values().index[::-1]
         )
+        chains = (
+            f"{plural(self.chains, 'chain')} of {len(self.in_chain)} {classes} kernels "
+            f"({fmt_ns(self.chain_ns)}) write intermediate tensors to memory and read them back: "
+            f"{fmt_gb(self.before_gb)} moved where fused kernels would move {fmt_gb(self.after_gb)}."
+        )
+        if self.mem_ns <= 0:
+            # No kernel in the window is memory-bound: the chained kernels are too small to reach any
+            # roof, and what fusing them saves is their launches and the eager ops' dispatch (host
+            # time). Leading with "memory-bound kernels take 0 µs" would contradict the rule's name.
+            return (
+                f"{chains} None of them reaches the memory roof (each is too small: launch and fixed "
+                "costs dominate), so fused they save launches and dispatch, not bandwidth."
+            )
         return (
             f"Memory-bound kernels take {fmt_ns(self.mem_ns)} ({self.mem_pct:.0f}% of kernel time "
-            "in the analysis window; "
-            f"peak {self.bw:.0f} GB/s). {plural(self.chains, 'chain')} of {len(self.in_chain)} {classes} kernels "
-            f"({fmt_ns(self.chain_ns)}) write intermediate tensors to memory and read them back: "
-            f"{self.before_gb:.2f} GB moved where fused kernels would move {self.after_gb:.2f} GB. "
-            f"Hottest: {_hottest(self.top)}."
+            f"in the analysis window; peak {self.bw:.0f} GB/s). {chains} Hottest: {_hottest(self.top)}."
         )
 
     def data(self, saving: float) -> dict[str, object]:
