@@ -10,7 +10,6 @@ import pandas as pd
 
 from traceadvisor.rules_api import (
     MULTI_TENSOR_MARKS,
-    PROFILER_EVENT_US,
     Capability,
     ClaimedIdle,
     Finding,
@@ -36,15 +35,19 @@ MINE = frozenset({IdleCause.cpu_op, IdleCause.unknown})  # the idle causes this 
 GPU_SIDE = "next work already queued (GPU-side wait)"
 BASIS = (
     "GPU idle while the host stalled in CPU work or the queued work waited on the GPU side, less the "
-    "profiler's own cost of {:g} µs per event recorded in those gaps (the other causes of idle are other rules')"
+    "profiler's own host cost of {} in those gaps (the other causes of idle are other rules')"
 )
+# How BASIS names the profiler's cost: the fitted per-kind model, or the flat cost a user configured
+MODEL_COST = "the events it recorded (the fitted cost of each kind: op, Python frame, runtime call...)"
+FLAT_COST = "{:g} µs per event recorded"
 
 
 @dataclass(frozen=True)
 class Options:
     min_gap_us: float = 5.0  # gaps shorter than this are launch latency, not an idle problem
     min_idle_pct: float = 2.0  # report only when the recoverable idle is at least this share of the steps
-    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
+    # the profiler's host cost per recorded event; None: each event kind's fitted cost (profiler_cost)
+    profiler_event_us: float | None = None
 
 
 class IdleGap(Rule[Options]):
@@ -64,9 +67,11 @@ class IdleGap(Rule[Options]):
     already queued). `sync-point`, `data-loader-bound`, `optimizer-not-fused` and
     `launch-overhead` claim their causes; this rule claims CPU stalls and GPU-side waits, so no
     gap is counted twice. The impact is the claimed idle less the profiler's own host cost of the
-    events it recorded inside those gaps (`profiler_event_us` each), which an unprofiled run does
-    not pay, and never more than the idle the predicted unprofiled steps leave (steps x (step -
-    GPU busy per step)).
+    events it recorded inside those gaps (each kind at its cost fitted on the GPU pairs, at the
+    trace's host speed: an op with shapes, a Python frame and a runtime call cost it different
+    amounts; or `profiler_event_us` each where set), which an unprofiled run does not pay, and
+    never more than the idle the predicted unprofiled steps leave (steps x (step - GPU busy per
+    step)).
 
     ## How to fix
     Look at the named CPU op or region; the advice follows what it is. Data work (DataLoader,
@@ -84,8 +89,8 @@ class IdleGap(Rule[Options]):
     ## Options
     - `min_gap_us`: gaps shorter than this are not counted (default 5 µs).
     - `min_idle_pct`: report only when the recoverable claimed idle is at least this share of the steps.
-    - `profiler_event_us`: the profiler's host cost per recorded op, annotation or Python frame
-      (default 3 µs, measured on the fixtures' before/after pairs with record_shapes and with_stack).
+    - `profiler_event_us`: a flat host cost per recorded op, annotation or Python frame instead of
+      the fitted cost of each kind (default: unset, the fitted costs; `0` reports the raw idle).
 
     ## References
     - https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
@@ -104,7 +109,7 @@ class IdleGap(Rule[Options]):
         gaps = gaps[gaps["dur_ns"] >= opts.min_gap_us * 1000]
         if not len(gaps):
             return
-        mine = ClaimedIdle.of(gaps[gaps["cause"].isin(MINE)], opts.profiler_event_us)
+        mine = ClaimedIdle.of(gaps[gaps["cause"].isin(MINE)], opts.profiler_event_us, trace)
         mine = replace(mine, recoverable_ns=min(mine.recoverable_ns, unprofiled_idle_cap_ns(trace)))
         if not worth_reporting(trace, mine.recoverable_ns, opts.min_idle_pct):
             return
@@ -127,7 +132,9 @@ class IdleGap(Rule[Options]):
             ),
             recommendation=_recommendation(trace, top_name),
             impact_ns=mine.recoverable_ns,
-            basis=BASIS.format(opts.profiler_event_us),
+            basis=BASIS.format(
+                MODEL_COST if opts.profiler_event_us is None else FLAT_COST.format(opts.profiler_event_us)
+            ),
             evidence=evidence_of(worst, labels, start="start_ns"),
             location=_location(trace, mine.gaps, top_name),
             data={

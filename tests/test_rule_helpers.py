@@ -36,6 +36,7 @@ from traceadvisor.rule_helpers import (
     op_location,
     pct,
     plural,
+    profiler_ns_per_gap,
     recoverable_per_gap,
     share_of_steps,
     signature_codes,
@@ -45,6 +46,7 @@ from traceadvisor.rule_helpers import (
     worth_reporting,
 )
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.profiler_cost import unprofiled_overrides
 
 SYNC = FIXTURE_TRACES / "planted_sync_in_loop.json.gz"  # 3 steps, with_stack, record_shapes, syncs in the loop
 STORM = FIXTURE_TRACES / "planted_launch_storm.json.gz"  # 2 steps, many small launches
@@ -188,6 +190,29 @@ def test_recoverable_idle_subtracts_the_profiler_cost_per_recorded_event() -> No
     assert claimed.raw_ns == 8_974_686 and claimed.recoverable_ns == 6_133_686.0
     assert claimed.recoverable_ns == recoverable_ns(gaps, 3000)
     assert ClaimedIdle.of(idle_of(t, IdleCause.data_loading), 3.0).recoverable_ns == 0.0
+
+
+def test_the_fitted_per_kind_costs_take_the_profiler_out_of_each_gap() -> None:
+    """ClaimedIdle without a flat cost: each gap less what the unprofiled replay removes inside it
+    (every recorded event at its kind's fitted cost, the profiler's work at each prof.step()). A
+    Python frame costs the profiler far less than an op (docs/whatif.md), so in the storm's eager
+    loop with stacks, where the gaps are full of frames, the flat 3 µs per event explains many gaps
+    away entirely that the fitted costs keep."""
+    t = load_file(FIXTURE_TRACES / "p12_storm_before_stack.json.gz")
+    gaps = idle_attribution(t)
+    gaps = gaps[gaps["dur_ns"] >= 5000]
+    cost = profiler_ns_per_gap(t, gaps)
+    dur = gaps["dur_ns"].to_numpy().astype(float)
+    assert (cost >= 0).all() and (cost > 0).any()
+    removed = unprofiled_overrides(t).host_removed
+    assert cost.sum() <= sum(int(v[1][-1]) for v in removed.points.values()) + sum(
+        r.end_ns - r.start_ns for r in removed.regions
+    )
+    flat = gaps["host_events"].to_numpy() * 3000.0
+    assert int((flat >= dur).sum()) > 2 * int((cost >= dur).sum())
+    claimed = ClaimedIdle.of(gaps, None, t)
+    assert claimed.recoverable_ns == float(np.maximum(dur - cost, 0.0).sum())
+    assert claimed.recoverable_ns > ClaimedIdle.of(gaps, PROFILER_EVENT_US).recoverable_ns
 
 
 # -- evidence and source locations -------------------------------------------------------------

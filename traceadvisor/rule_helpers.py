@@ -28,6 +28,8 @@ from traceadvisor.report.format import fmt_time as fmt_time
 from traceadvisor.report.format import plural as plural
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.host_time import thread_key
+from traceadvisor.whatif.profiler_cost import unprofiled_overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns
 
 I64 = npt.NDArray[np.int64]
@@ -141,6 +143,30 @@ def recoverable_per_gap(gaps: pd.DataFrame, profiler_event_us: float) -> F64:
     return np.asarray(np.maximum(dur - cost, 0.0), dtype=np.float64)
 
 
+def profiler_ns_per_gap(trace: Trace, gaps: pd.DataFrame) -> F64:
+    """The profiler's own host time inside each idle gap (rows of the idle attribution), on the
+    process of the thread that launched the work the gap waited for: what the unprofiled replay
+    takes out there (``profiler_cost``: each recorded event at its kind's fitted cost, scaled to the
+    trace's host speed and calibration, and the profiler's work at each ``prof.step()``). 0 for a
+    gap with no launch behind it (a GPU-side wait)."""
+    out = np.zeros(len(gaps), dtype=np.float64)
+    if not len(gaps):
+        return out
+    rt = trace.runtime
+    launch = gaps["launch_row"].to_numpy().astype(np.int64)
+    ok = (launch >= 0) & (launch < len(rt))
+    if not ok.any():
+        return out
+    removed = unprofiled_overrides(trace).host_removed
+    rows = launch[ok]
+    threads = thread_key(rt["pid"].to_numpy()[rows], rt["tid"].to_numpy()[rows])
+    starts = gaps["start_ns"].to_numpy().astype(np.int64)[ok]
+    ends = gaps["end_ns"].to_numpy().astype(np.int64)[ok]
+    inside = removed.removed_by_thread(threads, ends) - removed.removed_by_thread(threads, starts)
+    out[ok] = np.maximum(inside, 0).astype(np.float64)
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class ClaimedIdle:
     """Idle gaps a rule reports, with their total as recorded and as an unprofiled run would lose it."""
@@ -150,8 +176,18 @@ class ClaimedIdle:
     recoverable_ns: float  # less the profiler's own cost of the events recorded in them
 
     @classmethod
-    def of(cls, gaps: pd.DataFrame, profiler_event_us: float) -> ClaimedIdle:
-        recoverable = float(recoverable_per_gap(gaps, profiler_event_us).sum()) if len(gaps) else 0.0
+    def of(cls, gaps: pd.DataFrame, profiler_event_us: float | None, trace: Trace | None = None) -> ClaimedIdle:
+        """``profiler_event_us``: a flat cost per recorded event; None: the fitted per-kind costs
+        (``profiler_ns_per_gap``, which needs ``trace``)."""
+        if not len(gaps):
+            recoverable = 0.0
+        elif profiler_event_us is None:
+            if trace is None:
+                raise ValueError("the per-kind profiler costs need the trace")
+            dur = gaps["dur_ns"].to_numpy().astype(np.float64)
+            recoverable = float(np.maximum(dur - profiler_ns_per_gap(trace, gaps), 0.0).sum())
+        else:
+            recoverable = float(recoverable_per_gap(gaps, profiler_event_us).sum())
         return cls(gaps=gaps, raw_ns=int(gaps["dur_ns"].sum()), recoverable_ns=recoverable)
 
 
