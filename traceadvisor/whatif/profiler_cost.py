@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from traceadvisor.analyses.cache import memoised
 from traceadvisor.analyses.idle import GRAPH_LAUNCHES
@@ -308,14 +309,25 @@ class WrapperGaps:
         return out
 
 
+def _is_wrapper(names: Any) -> npt.NDArray[np.bool_]:
+    """Which frame names are an Inductor wrapper's ``call``: tested once per distinct name where the
+    column is categorical (a big trace holds millions of frames and a few thousand names)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = pd.Series(names.cat.categories.astype(str))
+        hit = (cats.str.contains(INDUCTOR_WRAPPER[0], regex=False) & cats.str.endswith(INDUCTOR_WRAPPER[1])).to_numpy()
+        codes = names.cat.codes.to_numpy()
+        return np.asarray((codes >= 0) & hit[np.maximum(codes, 0)], dtype=bool)
+    text = names.astype(str)
+    return np.asarray(text.str.contains(INDUCTOR_WRAPPER[0], regex=False) & text.str.endswith(INDUCTOR_WRAPPER[1]))
+
+
 @memoised
 def wrapper_gaps(trace: Trace) -> WrapperGaps | None:
     """The trace's long Inductor wrappers and the gaps between their calls (None without any)."""
     f = trace.frames
     if not len(f):
         return None
-    names = f["name"].astype(str)
-    wrappers = f[names.str.contains(INDUCTOR_WRAPPER[0], regex=False) & names.str.endswith(INDUCTOR_WRAPPER[1])]
+    wrappers = f[_is_wrapper(f["name"])]
     if not len(wrappers):
         return None
     calls = f[f["py_parent"].isin(wrappers["py_id"])].sort_values(["py_parent", "ts_ns"], kind="stable")
