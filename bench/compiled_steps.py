@@ -35,10 +35,8 @@ SHORT = ("elementwise",)
 
 
 def predicted_ns(path: Path, gaps: bool) -> float:
-    trace = load_file(path)  # a fresh trace: its memo holds no replay of the other model
-    if not gaps:
-        trace.memo(("traceadvisor.whatif.profiler_cost", "wrapper_gaps", (), ()), lambda t: None)
-    return float(step_time_ns(replay(trace, pc.unprofiled_overrides(trace))))
+    trace = load_file(path)
+    return float(step_time_ns(replay(trace, pc.unprofiled_overrides(trace, read_wrapper_gaps=gaps))))
 
 
 def main() -> int:

@@ -200,17 +200,9 @@ def wrapper_calls(trace: Trace) -> tuple[Any, Any, np.ndarray, np.ndarray]:
 
 def inside(trace: Trace, wrappers: Any, threads: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """Which events fall inside a wrapper call on their own thread."""
-    out = np.zeros(len(ts), dtype=bool)
     keys = thread_key(wrappers["pid"].to_numpy(), wrappers["tid"].to_numpy())
-    for k in np.unique(keys).tolist():
-        w = wrappers[keys == k].sort_values("ts_ns")
-        s, e = w["ts_ns"].to_numpy(), w["end_ns"].to_numpy()
-        sel = np.flatnonzero(threads == k)
-        i = np.searchsorted(s, ts[sel], side="right") - 1
-        ok = i >= 0
-        ok[ok] = ts[sel][ok] < e[i[ok]]
-        out[sel] = ok
-    return out
+    starts, ends = wrappers["ts_ns"].to_numpy(dtype=np.int64), wrappers["end_ns"].to_numpy(dtype=np.int64)
+    return pc.inside_spans(keys, starts, ends, threads, ts)
 
 
 def wrapper_model(trace: Trace, frame_ns: float, measured_gaps: bool) -> float:

@@ -20,9 +20,9 @@ TRACE = HERE / "h200_compiled_trainer.json.gz"
 def _uncalibrated_us(gaps: bool) -> float:
     trace = load_file(TRACE)
     trace.meta.traceadvisor = None  # the bundled costs alone: no measured step to calibrate to
-    if not gaps:  # the per-frame costs, as before the wrapper's gaps were read
-        trace.memo(("traceadvisor.whatif.profiler_cost", "wrapper_gaps", (), ()), lambda t: None)
-    return float(step_time_ns(replay(trace, profiler_cost.unprofiled_overrides(trace)))) / 1e3
+    # gaps=False: the per-frame costs, as before the wrapper's gaps were read
+    overrides = profiler_cost.unprofiled_overrides(trace, read_wrapper_gaps=gaps)
+    return float(step_time_ns(replay(trace, overrides))) / 1e3
 
 
 def test_the_trace_carries_the_steps_timed_without_the_profiler() -> None:

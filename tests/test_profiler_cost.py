@@ -212,10 +212,8 @@ def _compiled_after(run: str, pair: str) -> tuple[Path, float]:
 
 
 def _frames_error(path: Path, measured: float, gaps: bool) -> float:
-    trace = load_file(path)
-    if not gaps:  # the per-frame costs alone, as before the wrapper's gaps were read
-        trace.memo(("traceadvisor.whatif.profiler_cost", "wrapper_gaps", (), ()), lambda t: None)
-    predicted = float(step_time_ns(replay(trace, unprofiled_overrides(trace))))
+    trace = load_file(path)  # gaps=False: the per-frame costs alone, as before the wrapper's gaps were read
+    predicted = float(step_time_ns(replay(trace, unprofiled_overrides(trace, read_wrapper_gaps=gaps))))
     return abs(predicted - measured) / measured * 100.0
 
 

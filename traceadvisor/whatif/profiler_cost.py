@@ -238,16 +238,18 @@ def event_counts(trace: Trace) -> dict[str, int]:
     return {k: int((kinds == i).sum()) for i, k in enumerate(KINDS)}
 
 
-def profiler_time(trace: Trace, cost: ProfilerCost) -> HostTimeMap:
+def profiler_time(trace: Trace, cost: ProfilerCost, read_wrapper_gaps: bool = True) -> HostTimeMap:
     """The host time the profiler spent recording: point costs at each recorded event, and its own
-    work at each ``prof.step()`` (``own_step_work``) taken out whole."""
+    work at each ``prof.step()`` (``own_step_work``) taken out whole. ``read_wrapper_gaps=False``:
+    long Inductor wrappers' frames costed as any Python frame (the model before ``wrapper_gaps``,
+    which bench/compiled_steps.py compares)."""
     threads, ts, kinds, durs = recorded_events(trace)
     per_kind = np.array([cost.ns[k] for k in KINDS], dtype=np.float64)
     costs = per_kind[kinds]
     for kind, multiple in cost.per_recorded.items():
         sel = kinds == KINDS.index(kind)
         costs[sel] = multiple * durs[sel]
-    gaps = wrapper_gaps(trace)
+    gaps = wrapper_gaps(trace) if read_wrapper_gaps else None
     if gaps is not None:
         # inside a long Inductor wrapper the frames' hooks are what the gaps between its calls hold
         # (wrapper_gaps): the gaps beyond a line's own bytecode are the profiler's cost, the frames none
@@ -296,17 +298,29 @@ class WrapperGaps:
 
     def holds(self, threads: npt.NDArray[np.int64], ts: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which events (thread key, start) fall inside one of the wrappers on their own thread."""
-        out = np.zeros(len(ts), dtype=bool)
-        for k in np.unique(self.thread).tolist():
-            mine = np.flatnonzero(self.thread == k)
-            order = mine[np.argsort(self.start_ns[mine], kind="stable")]
-            s, e = self.start_ns[order], self.end_ns[order]
-            sel = np.flatnonzero(threads == k)
-            i = np.searchsorted(s, ts[sel], side="right") - 1
-            ok = i >= 0
-            ok[ok] = ts[sel][ok] < e[i[ok]]
-            out[sel] = ok
-        return out
+        return inside_spans(self.thread, self.start_ns, self.end_ns, threads, ts)
+
+
+def inside_spans(
+    span_thread: npt.NDArray[np.int64],
+    span_start: npt.NDArray[np.int64],
+    span_end: npt.NDArray[np.int64],
+    threads: npt.NDArray[np.int64],
+    ts: npt.NDArray[np.int64],
+) -> npt.NDArray[np.bool_]:
+    """Which events (thread key, start) fall inside one of the spans on their own thread; the spans of
+    one thread do not overlap (calls of one function, one after another)."""
+    out = np.zeros(len(ts), dtype=bool)
+    for k in np.unique(span_thread).tolist():
+        mine = np.flatnonzero(span_thread == k)
+        order = mine[np.argsort(span_start[mine], kind="stable")]
+        s, e = span_start[order], span_end[order]
+        sel = np.flatnonzero(threads == k)
+        i = np.searchsorted(s, ts[sel], side="right") - 1
+        ok = i >= 0
+        ok[ok] = ts[sel][ok] < e[i[ok]]
+        out[sel] = ok
+    return out
 
 
 def _is_wrapper(names: Any) -> npt.NDArray[np.bool_]:
@@ -395,16 +409,23 @@ def graph_launch_durations(trace: Trace) -> dict[int, int]:
     return {int(r): int(min(d, GRAPH_LAUNCH_NS)) for r, d in zip(rows.tolist(), dur.tolist(), strict=True)}
 
 
-def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None) -> Overrides:
+def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None, read_wrapper_gaps: bool = True) -> Overrides:
     """The replay's change that takes the profiler out: the host cost of what it recorded, and the
     per-node cost it adds to graph launches. Without ``cost``: the bundled costs, scaled by the
-    trace's ``calibration``."""
+    trace's ``calibration`` (computed once per trace: every scenario's replay and the rules that
+    read the profiler's time in a gap share it)."""
     if cost is None:
-        cost = ProfilerCost.bundled().for_trace(trace).scaled(calibration(trace))
+        return _calibrated_overrides(trace, read_wrapper_gaps)
     return Overrides(
-        host_removed=profiler_time(trace, cost),
+        host_removed=profiler_time(trace, cost, read_wrapper_gaps),
         host_dur_ns=graph_launch_durations(trace),
     )
+
+
+@memoised
+def _calibrated_overrides(trace: Trace, read_wrapper_gaps: bool) -> Overrides:
+    cost = ProfilerCost.bundled().for_trace(trace).scaled(calibration(trace))
+    return unprofiled_overrides(trace, cost, read_wrapper_gaps)
 
 
 def measured_unprofiled_ns(trace: Trace) -> float | None:
