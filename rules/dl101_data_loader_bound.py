@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from traceadvisor.rules_api import (
-    PROFILER_EVENT_US,
     Capability,
     ClaimedIdle,
     Finding,
@@ -40,7 +39,7 @@ RECOMMENDATION = (
 @dataclass(frozen=True)
 class Options:
     min_idle_pct: float = 1.0  # report only when loader-caused GPU idle is at least this share of the steps
-    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
+    profiler_event_us: float | None = None  # a flat profiler cost per recorded event; None: the fitted costs
 
 
 class DataLoaderBound(Rule[Options]):
@@ -58,8 +57,8 @@ class DataLoaderBound(Rule[Options]):
     with steps the saving is a what-if replay: the trace replayed without the profiler's host cost,
     then with the fetches inside the steps taking no host time (batches prefetched by worker
     processes: the best case, an upper bound; `whatif/host_stalls.py`). Without steps it is that
-    idle less the profiler's own host cost of the events recorded in it (`profiler_event_us` each,
-    e.g. the Python frames of `__getitem__`), never more than the idle the predicted unprofiled
+    idle less the profiler's own host cost of the events recorded in it (each at its kind's fitted
+    cost, e.g. the Python frames of `__getitem__`), never more than the idle the predicted unprofiled
     steps leave (steps x (step - GPU busy per step)).
     `_SingleProcessDataLoaderIter` means `num_workers=0`: batches are produced on the training
     thread itself.
@@ -72,8 +71,9 @@ class DataLoaderBound(Rule[Options]):
 
     ## Options
     - `min_idle_pct`: report only when the loader-caused GPU idle is at least this share of the steps.
-    - `profiler_event_us`: the profiler's host cost per recorded op, annotation or Python frame
-      (default 3 µs, measured on the fixtures' before/after pairs with record_shapes and with_stack).
+    - `profiler_event_us`: a flat host cost per recorded op, annotation or Python frame for the idle
+      figures, instead of the fitted cost of each kind (default: unset, the fitted
+      costs the replay uses; `0` gives the raw idle).
 
     ## References
     - https://pytorch.org/docs/stable/data.html#multi-process-data-loading
@@ -92,7 +92,7 @@ class DataLoaderBound(Rule[Options]):
         loader = ann[ann["name"].astype(str).str.contains(LOADER_MARK, regex=False).to_numpy()]
         if not len(loader):
             return
-        idle = ClaimedIdle.of(idle_of(trace, IdleCause.data_loading), opts.profiler_event_us)
+        idle = ClaimedIdle.of(idle_of(trace, IdleCause.data_loading), opts.profiler_event_us, trace)
         idle = replace(idle, recoverable_ns=min(idle.recoverable_ns, unprofiled_idle_cap_ns(trace)))
         if not worth_reporting(trace, idle.recoverable_ns, opts.min_idle_pct):
             return
@@ -114,7 +114,12 @@ class DataLoaderBound(Rule[Options]):
             if use and replayed is not None
             else (
                 "GPU idle while the launching thread was inside DataLoader __next__, less the profiler's own "
-                f"{opts.profiler_event_us:g} µs per event recorded in those gaps"
+                "host cost of "
+                + (
+                    "the events recorded in those gaps (the fitted cost of each kind)"
+                    if opts.profiler_event_us is None
+                    else f"{opts.profiler_event_us:g} µs per event recorded in those gaps"
+                )
             ),
             evidence=evidence_of(worst, worst["name"].astype(str)),
             location=event_location(trace, worst.iloc[0]) if len(worst) else None,

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 
 from traceadvisor.rules_api import (
-    PROFILER_EVENT_US,
     Capability,
     Finding,
     Rule,
@@ -20,6 +19,7 @@ from traceadvisor.rules_api import (
     in_steps,
     location_of,
     measured_unprofiled_ns,
+    profiler_ns_in_spans,
     us,
 )
 
@@ -42,7 +42,7 @@ class Options:
     # Below this fetch per step, handing batches over from worker processes (pickling into shared memory,
     # a queue round trip: a few hundred µs a batch) costs about what it saves: noise, not a fix.
     min_fetch_ms: float = 1.0
-    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded op or Python frame
+    profiler_event_us: float | None = None  # a flat profiler cost per recorded op or frame; None: the fitted costs
 
 
 class CpuDataLoading(Rule[Options]):
@@ -57,8 +57,8 @@ class CpuDataLoading(Rule[Options]):
     ## How it shows up in a trace
     A trace without GPU activity whose steps hold `enumerate(DataLoader)#...__next__` annotations.
     The fetch per step is their time less the profiler's own cost of the ops and Python frames
-    recorded inside them (`profiler_event_us` each: with `with_stack` a slow `__getitem__` records
-    several frames per sample). It is reported when it is at least `min_fetch_ms` (below that the
+    recorded inside them (each at its kind's fitted cost, the replay's: with `with_stack` a slow
+    `__getitem__` records several frames per sample). It is reported when it is at least `min_fetch_ms` (below that the
     hand-over from worker processes costs about what it saves) and at least `min_share_pct` % of the
     step: the step measured with the profiler off when the trace carries it (`traceadvisor capture`),
     else the profiled step less the profiler's cost of all its events. The source line is the
@@ -76,7 +76,8 @@ class CpuDataLoading(Rule[Options]):
     ## Options
     - `min_share_pct`: the share of the step the fetches must take to be reported (default 10).
     - `min_fetch_ms`: the smallest fetch per step reported (default 1 ms).
-    - `profiler_event_us`: the profiler's host cost per recorded op or Python frame (default 3 µs).
+    - `profiler_event_us`: a flat host cost per recorded op or Python frame instead of the fitted
+      cost of each kind (default: unset, the fitted costs).
 
     ## References
     - https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading
@@ -98,15 +99,15 @@ class CpuDataLoading(Rule[Options]):
             return
         t = trace.steps.table
         steps = len(t)
-        cost_ns = opts.profiler_event_us * 1e3
         profiled_step = float((t["cpu_end_ns"] - t["cpu_start_ns"]).mean())
         fetch_profiled = float(loader["dur_ns"].sum()) / steps
-        fetch = max(0.0, fetch_profiled - cost_ns * _events_inside(trace, loader) / steps)
+        fetch = max(0.0, fetch_profiled - _profiler_ns_inside(trace, loader, opts.profiler_event_us) / steps)
         # The step without the profiler: measured when the trace carries it, else the profiled step less
         # the profiler's cost of every event in it. The step's other work stays after the fix, so the
         # saving never exceeds the step less that work (a busier machine while profiling than while the
         # unprofiled steps ran would otherwise let the fetch claim the whole step).
-        estimated = max(fetch, profiled_step - cost_ns * _events_inside(trace, _step_spans(trace)) / steps)
+        in_steps_ns = _profiler_ns_inside(trace, _step_spans(trace), opts.profiler_event_us)
+        estimated = max(fetch, profiled_step - in_steps_ns / steps)
         measured = measured_unprofiled_ns(trace)
         step = measured if measured is not None else estimated
         saving = min(fetch, max(0.0, step - (estimated - fetch)))
@@ -171,9 +172,19 @@ def _step_spans(trace: Trace) -> pd.DataFrame:
     return marks[["ts_ns", "dur_ns", "pid", "tid"]]
 
 
+def _profiler_ns_inside(trace: Trace, spans: pd.DataFrame, profiler_event_us: float | None) -> float:
+    """The profiler's own host time inside ``spans`` on their own threads: the fitted per-kind costs
+    the replay removes there (None), or ``profiler_event_us`` per op and Python frame recorded."""
+    if profiler_event_us is not None:
+        return profiler_event_us * 1e3 * _events_inside(trace, spans)
+    ends = (spans["ts_ns"] + spans["dur_ns"]).to_numpy().astype(np.int64)
+    starts = spans["ts_ns"].to_numpy().astype(np.int64)
+    return float(profiler_ns_in_spans(trace, spans["pid"].to_numpy(), spans["tid"].to_numpy(), starts, ends).sum())
+
+
 def _events_inside(trace: Trace, spans: pd.DataFrame) -> int:
-    """Ops and Python frames the profiler recorded strictly inside ``spans`` on their own threads
-    (each costs it ``profiler_event_us`` of host time); the spans themselves are not counted."""
+    """Ops and Python frames the profiler recorded strictly inside ``spans`` on their own threads;
+    the spans themselves are not counted."""
     total = 0
     for table in (trace.host, trace.frames):
         by_thread = {k: np.sort(g["ts_ns"].to_numpy()) for k, g in table.groupby(["pid", "tid"], sort=False)}

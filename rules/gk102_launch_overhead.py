@@ -12,7 +12,6 @@ import pandas as pd
 from traceadvisor.rules_api import (
     BLOCKING_CALLS,
     GRAPH_LAUNCHES,
-    PROFILER_EVENT_US,
     Capability,
     Finding,
     IdleCause,
@@ -27,7 +26,7 @@ from traceadvisor.rules_api import (
     idle_of,
     launch_location,
     per_step,
-    recoverable_per_gap,
+    recoverable_ns_per_gap,
     replay_basis,
     scenario_saving,
     step_positions,
@@ -59,7 +58,7 @@ class Options:
     min_launch_pct: float = 3.0  # ... and launch calls take at least this share of the step
     max_graph_pct: float = 50.0  # a step whose kernel time is at least this share graph-replayed is already captured
     min_saving_pct: float = 3.0  # report only when the replayed saving reaches this share of the unprofiled step
-    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event (idle figures)
+    profiler_event_us: float | None = None  # a flat profiler cost per recorded event (idle figures); None: fitted
 
 
 class LaunchOverhead(Rule[Options]):
@@ -96,8 +95,9 @@ class LaunchOverhead(Rule[Options]):
     - `min_launch_pct`: launch calls must take at least this share of the step (%).
     - `max_graph_pct`: a step whose kernel time is at least this share graph-replayed is left alone (%).
     - `min_saving_pct`: the smallest replayed saving reported, as a share of the predicted unprofiled step (%).
-    - `profiler_event_us`: the profiler's host cost per recorded event, for the idle figures of the
-      message only (the saving uses the per-kind cost model of the replay).
+    - `profiler_event_us`: a flat host cost per recorded op, annotation or Python frame for the idle
+      figures of the message, instead of the fitted cost of each kind (default: unset, the fitted
+      costs the replay uses; `0` gives the raw idle).
 
     ## References
     - https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs
@@ -238,12 +238,12 @@ class LaunchIdle:
     recoverable: F64
 
 
-def _launch_bound_idle(trace: Trace, steps: pd.DataFrame, profiler_event_us: float) -> LaunchIdle:
+def _launch_bound_idle(trace: Trace, steps: pd.DataFrame, profiler_event_us: float | None) -> LaunchIdle:
     gaps = idle_of(trace, IdleCause.launch_bound)
     pos = step_positions(trace, steps, trace.runtime["ts_ns"].to_numpy()[gaps["launch_row"].to_numpy()])
     ok = pos >= 0
     dur = gaps["dur_ns"].to_numpy()[ok].astype(np.float64)
-    rec = recoverable_per_gap(gaps, profiler_event_us)[ok]
+    rec = recoverable_ns_per_gap(trace, gaps, profiler_event_us)[ok]
     return LaunchIdle(
         gaps=gaps,
         pos=pos,

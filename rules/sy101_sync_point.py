@@ -10,7 +10,6 @@ import pandas as pd
 
 from traceadvisor.rules_api import (
     BLOCKING_CALLS,
-    PROFILER_EVENT_US,
     Capability,
     ClaimedIdle,
     Finding,
@@ -68,7 +67,7 @@ BASIS = "the blocking syncs in the steps no longer wait (the GPU work they waite
 class Options:
     min_idle_pct: float = 0.5  # report when the replayed saving is at least this share of the unprofiled step
     min_per_step: float = 1.0  # ... or when there are at least this many syncs per step
-    profiler_event_us: float = PROFILER_EVENT_US  # the profiler's host cost per recorded event
+    profiler_event_us: float | None = None  # a flat profiler cost per recorded event (idle figures); None: fitted
 
 
 class SyncPoint(Rule[Options]):
@@ -108,8 +107,9 @@ class SyncPoint(Rule[Options]):
     - `min_idle_pct`: report when the replayed saving is at least this share of the predicted
       unprofiled step (%).
     - `min_per_step`: report also when there are at least this many syncs per step.
-    - `profiler_event_us`: the profiler's host cost per recorded event, for the idle figures of the
-      message only (the saving uses the replay's per-kind cost model).
+    - `profiler_event_us`: a flat host cost per recorded op, annotation or Python frame for the idle
+      figures of the message, instead of the fitted cost of each kind (default: unset, the fitted
+      costs the replay uses; `0` gives the raw idle).
 
     ## References
     - https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html
@@ -136,7 +136,7 @@ class SyncPoint(Rule[Options]):
         # it, or the host still inside the op that synchronized), not to the profiler's final sync.
         gaps = idle_of(trace, IdleCause.sync)
         gaps = gaps[np.isin(gaps["blocking_row"].to_numpy(), mine.index.to_numpy())]
-        idle = ClaimedIdle.of(gaps, opts.profiler_event_us)
+        idle = ClaimedIdle.of(gaps, opts.profiler_event_us, trace)
         per_step_count = len(mine) / max(len(trace.steps.table), 1)
         # The saving: the trace replayed without the profiler, then with these syncs' waits removed
         # (the GPU work they waited for stays; what the host did after them moves earlier).

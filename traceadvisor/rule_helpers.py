@@ -157,14 +157,40 @@ def profiler_ns_per_gap(trace: Trace, gaps: pd.DataFrame) -> F64:
     ok = (launch >= 0) & (launch < len(rt))
     if not ok.any():
         return out
-    removed = unprofiled_overrides(trace).host_removed
     rows = launch[ok]
-    threads = thread_key(rt["pid"].to_numpy()[rows], rt["tid"].to_numpy()[rows])
-    starts = gaps["start_ns"].to_numpy().astype(np.int64)[ok]
-    ends = gaps["end_ns"].to_numpy().astype(np.int64)[ok]
-    inside = removed.removed_by_thread(threads, ends) - removed.removed_by_thread(threads, starts)
-    out[ok] = np.maximum(inside, 0).astype(np.float64)
+    out[ok] = profiler_ns_in_spans(
+        trace,
+        rt["pid"].to_numpy()[rows],
+        rt["tid"].to_numpy()[rows],
+        gaps["start_ns"].to_numpy().astype(np.int64)[ok],
+        gaps["end_ns"].to_numpy().astype(np.int64)[ok],
+    )
     return out
+
+
+def profiler_ns_in_spans(trace: Trace, pids: npt.ArrayLike, tids: npt.ArrayLike, starts: I64, ends: I64) -> F64:
+    """The profiler's own host time on thread (``pids``, ``tids``) between each ``starts`` and
+    ``ends``: what the unprofiled replay takes out of that thread there (the recorded events at
+    their kinds' fitted costs, the profiler's work at each ``prof.step()``), at least 0."""
+    if not len(starts):
+        return np.zeros(0, dtype=np.float64)
+    removed = unprofiled_overrides(trace).host_removed
+    threads = thread_key(np.asarray(pids), np.asarray(tids))
+    inside = removed.removed_by_thread(threads, np.asarray(ends, dtype=np.int64)) - removed.removed_by_thread(
+        threads, np.asarray(starts, dtype=np.int64)
+    )
+    return np.asarray(np.maximum(inside, 0), dtype=np.float64)
+
+
+def recoverable_ns_per_gap(trace: Trace, gaps: pd.DataFrame, profiler_event_us: float | None) -> F64:
+    """Each idle gap less the profiler's own host cost inside it, at least 0: the fitted per-kind
+    costs (``profiler_ns_per_gap``) when ``profiler_event_us`` is None, else that flat cost per
+    recorded event (``recoverable_per_gap``). An unprofiled run does not pay that cost, so it does
+    not lose that idle."""
+    if profiler_event_us is not None:
+        return recoverable_per_gap(gaps, profiler_event_us)
+    dur = gaps["dur_ns"].to_numpy().astype(np.float64)
+    return np.asarray(np.maximum(dur - profiler_ns_per_gap(trace, gaps), 0.0), dtype=np.float64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,8 +210,7 @@ class ClaimedIdle:
         elif profiler_event_us is None:
             if trace is None:
                 raise ValueError("the per-kind profiler costs need the trace")
-            dur = gaps["dur_ns"].to_numpy().astype(np.float64)
-            recoverable = float(np.maximum(dur - profiler_ns_per_gap(trace, gaps), 0.0).sum())
+            recoverable = float(recoverable_ns_per_gap(trace, gaps, None).sum())
         else:
             recoverable = float(recoverable_per_gap(gaps, profiler_event_us).sum())
         return cls(gaps=gaps, raw_ns=int(gaps["dur_ns"].sum()), recoverable_ns=recoverable)
