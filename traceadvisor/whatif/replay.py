@@ -36,6 +36,7 @@ import pandas as pd
 
 from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace import intervals
+from traceadvisor.trace.columns import KERNEL
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.intervals import covered
 from traceadvisor.trace.model import Trace
@@ -68,7 +69,11 @@ class Overrides:
     ``host_removed``: host time taken out per thread (the profiler's own cost, a region replayed
     from a CUDA graph): every host time moves earlier by what was removed before it;
     ``gpu_delay_ns``: new release delays of GPU records (gpu row -> ns between the moment the record
-    could start and its start: the gap between nodes of a CUDA graph instead of a launch latency).
+    could start and its start: the gap between nodes of a CUDA graph instead of a launch latency);
+    ``kernel_scale``: every kernel's duration (after ``gpu_dur_ns``) times this factor: the SMs ran
+    faster or slower than while profiled (their clock under the power limit: the calibration to the
+    steps measured without the profiler, ``profiler_cost.calibration``). Copies and memsets keep
+    theirs (the copy engines and PCIe do not follow the SM clock).
     """
 
     gpu_dur_ns: Mapping[int, int] = field(default_factory=dict)
@@ -77,6 +82,7 @@ class Overrides:
     host_dur_ns: Mapping[int, int] = field(default_factory=dict)
     host_removed: HostTimeMap = field(default_factory=HostTimeMap)
     gpu_delay_ns: Mapping[int, int] = field(default_factory=dict)
+    kernel_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -322,6 +328,9 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
         pos = pd.Index(rows).get_indexer(np.fromiter(ov.gpu_dur_ns, dtype=np.int64))
         new = np.fromiter(ov.gpu_dur_ns.values(), dtype=np.int64)
         dur[pos[pos >= 0]] = new[pos >= 0]
+    if ov.kernel_scale != 1.0:
+        kernel = gpu["kind"].to_numpy()[rows] == KERNEL
+        dur[kernel] = np.rint(dur[kernel] * ov.kernel_scale).astype(dur.dtype)
     calls = np.flatnonzero(is_blocking)
     # a blocking call's duration is the replay's to compute: only non-blocking calls take an override
     host = np.array(sorted(r for r in ov.host_dur_ns if not is_blocking[r]), dtype=np.int64)

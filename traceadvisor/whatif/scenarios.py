@@ -7,6 +7,7 @@ host cost is still in them (issue 12 item 2 will take it out).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -338,7 +339,8 @@ SCENARIOS: dict[str, Scenario] = {
 
 def combine(parts: list[Overrides]) -> Overrides:
     """One Overrides applying every part's changes (a duration or delay changed twice: the shorter;
-    host time removed by several parts: all of it)."""
+    host time removed by several parts: all of it; kernel scales: their product, as only the
+    calibrated baseline sets one)."""
     dur: dict[int, int] = {}
     host: dict[int, int] = {}
     delay: dict[int, int] = {}
@@ -358,6 +360,7 @@ def combine(parts: list[Overrides]) -> Overrides:
         no_event_wait=frozenset().union(*(p.no_event_wait for p in parts)),
         host_removed=removed,
         gpu_delay_ns=delay,
+        kernel_scale=math.prod(p.kernel_scale for p in parts),
     )
 
 
