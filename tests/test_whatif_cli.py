@@ -142,8 +142,14 @@ def test_pinned_copies_at_the_pinned_rate_and_the_call_returns_at_once() -> None
     t = load_file(trace)
     gpu = t.gpu
     pageable = gpu["name"].astype(str).str.contains("Pageable", regex=False).to_numpy()
-    # 6 pageable HtoD copies, each launched by a cudaMemcpyAsync: 6 copy durations + 6 call durations
-    assert s["changed"] == 12 == 2 * int(pageable.sum())
+    # 6 pageable HtoD copies, each launched by a cudaMemcpyAsync and waited for by a
+    # cudaStreamSynchronize inside the same copy_ op: 6 copy durations + 6 call durations + 6 syncs
+    # that no longer wait (non_blocking=True)
+    rt = t.runtime
+    syncs = rt[(rt["name"].astype(str) == "cudaStreamSynchronize").to_numpy()]
+    copy_ops = set(rt["op"].to_numpy()[gpu["launch"].to_numpy()[pageable]].tolist())
+    assert len(syncs) == int(pageable.sum()) and set(syncs["op"].tolist()) == copy_ops
+    assert s["changed"] == 18 == 3 * int(pageable.sum())
     # no pinned copy to measure and an sm_90 GPU: 50 GB/s assumed (as MC101), 50 bytes per ns
     assert not gpu["name"].astype(str).str.contains("Pinned", regex=False).any()
     copy_us = float(gpu["bytes"].to_numpy()[pageable].sum()) / 50.0 / 1e3 / len(t.steps.table)

@@ -295,8 +295,14 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
     rows = launched[order]
     lrow = launch[rows]
     # A synchronous copy's call waits for its own copy: measure that copy's release from the call's
-    # start, since the call's end depends on the copy.
-    launch_ref = np.where(is_blocking[lrow], rt_ts[lrow], rt_end[lrow])
+    # start, since the call's end depends on the copy. So does a cudaMemcpyAsync from pageable memory
+    # (the driver stages it through a pinned buffer and returns once it has: its copy starts inside
+    # the call); measured from the call's end, its release delay came out negative (-3.9 ms for a
+    # 32 MiB copy), and a scenario that shortens the call (pinned) started it before the copy ahead
+    # of it on its stream had ended.
+    is_copy = gpu["kind"].to_numpy()[rows] != KERNEL
+    inside = is_copy & (gpu["ts_ns"].to_numpy()[rows] < rt_end[lrow])
+    launch_ref = np.where(is_blocking[lrow] | inside, rt_ts[lrow], rt_end[lrow])
     keys = _stream_keys(gpu, rows)
     floor = _unlaunched_floor(gpu, rows)
     waits, held = _consistent_waits(gpu, _event_waits(trace, rows))
@@ -548,6 +554,12 @@ def _loop(
                     if new_end[j] > ready:
                         ready = new_end[j]
             s0 = ready + delay_l[i]
+            # A stream runs its work in order, whatever the release delay says: a launch call that
+            # returned after its kernel had started (the launch queue full: the call waits for room)
+            # measures a negative delay from its end, which would start the record before the one
+            # ahead of it had ended (5.3 ms early in p12_gpt_pad_vocab_before's unprofiled replay).
+            if p >= 0 and new_end[p] > s0:
+                s0 = new_end[p]
             e0 = s0 + dur_l[i]
             new_start[i], new_end[i] = s0, e0
             last[k] = i

@@ -90,7 +90,14 @@ def pinned(trace: Trace) -> Overrides:
     the data through a pinned bounce buffer and the call returns only once it has (CUDA runtime API,
     "API synchronization behavior"); from pinned memory the call only enqueues the DMA, so it costs
     what the trace's median cudaLaunchKernel costs. A synchronous cudaMemcpy stays blocking: it
-    waits for its shorter copy."""
+    waits for its shorter copy.
+
+    The fix is pinned memory *and* ``non_blocking=True`` (what pageable-copy advises). A blocking
+    host-to-device ``copy_`` from pageable memory ends with a ``cudaStreamSynchronize`` inside the
+    same op (ATen's ``copy_kernel_cuda``: ``stream_synchronize`` unless non_blocking), so the host
+    waits for each copy before it can enqueue the next; non-blocking, it does not, and the copies
+    run back to back. Those syncs no longer wait. A device-to-host copy keeps its sync: the host
+    reads what it copied."""
     gpu, rt = trace.gpu, trace.runtime
     launch = gpu["launch"].to_numpy()
     rows = np.flatnonzero(gpu["name"].astype(str).str.contains("Pageable", regex=False).to_numpy() & (launch >= 0))
@@ -106,7 +113,22 @@ def pinned(trace: Trace) -> Overrides:
     return Overrides(
         gpu_dur_ns={int(r): int(d) for r, d in zip(rows.tolist(), new.tolist(), strict=True)},
         host_dur_ns={c: min(cost, int(rt["end_ns"].iat[c] - rt["ts_ns"].iat[c])) for c in calls},
+        no_wait=_copy_op_syncs(trace, rows),
     )
+
+
+def _copy_op_syncs(trace: Trace, copies: np.ndarray) -> frozenset[int]:
+    """The ``cudaStreamSynchronize`` calls inside the same host op as a host-to-device copy of
+    ``copies`` (gpu rows), on the same thread: the blocking ``copy_``'s own wait for it."""
+    gpu, rt = trace.gpu, trace.runtime
+    htod = copies[gpu["name"].iloc[copies].astype(str).str.contains("HtoD", regex=False).to_numpy()]
+    if not len(htod) or "op" not in rt:
+        return frozenset()
+    launch = gpu["launch"].to_numpy()[htod]
+    op, pid, tid = rt["op"].to_numpy(), rt["pid"].to_numpy(), rt["tid"].to_numpy()
+    owners = {(int(op[c]), int(pid[c]), int(tid[c])) for c in launch.tolist() if op[c] >= 0}
+    syncs = np.flatnonzero((rt["name"].astype(str) == "cudaStreamSynchronize").to_numpy() & (op >= 0))
+    return frozenset(int(r) for r in syncs.tolist() if (int(op[r]), int(pid[r]), int(tid[r])) in owners)
 
 
 # Kernels of one cudaGraphLaunch start 0.256 µs after the previous one ends (median; p90 0.29-0.32 µs)
