@@ -182,13 +182,15 @@ def profiler_ns_in_spans(trace: Trace, pids: npt.ArrayLike, tids: npt.ArrayLike,
     return np.asarray(np.maximum(inside, 0), dtype=np.float64)
 
 
-def recoverable_ns_per_gap(trace: Trace, gaps: pd.DataFrame, profiler_event_us: float | None) -> F64:
+def recoverable_ns_per_gap(trace: Trace | None, gaps: pd.DataFrame, profiler_event_us: float | None) -> F64:
     """Each idle gap less the profiler's own host cost inside it, at least 0: the fitted per-kind
     costs (``profiler_ns_per_gap``) when ``profiler_event_us`` is None, else that flat cost per
     recorded event (``recoverable_per_gap``). An unprofiled run does not pay that cost, so it does
     not lose that idle."""
     if profiler_event_us is not None:
         return recoverable_per_gap(gaps, profiler_event_us)
+    if trace is None:
+        raise ValueError("the per-kind profiler costs need the trace")
     dur = gaps["dur_ns"].to_numpy().astype(np.float64)
     return np.asarray(np.maximum(dur - profiler_ns_per_gap(trace, gaps), 0.0), dtype=np.float64)
 
@@ -207,12 +209,8 @@ class ClaimedIdle:
         (``profiler_ns_per_gap``, which needs ``trace``)."""
         if not len(gaps):
             recoverable = 0.0
-        elif profiler_event_us is None:
-            if trace is None:
-                raise ValueError("the per-kind profiler costs need the trace")
-            recoverable = float(recoverable_ns_per_gap(trace, gaps, None).sum())
         else:
-            recoverable = float(recoverable_per_gap(gaps, profiler_event_us).sum())
+            recoverable = float(recoverable_ns_per_gap(trace, gaps, profiler_event_us).sum())
         return cls(gaps=gaps, raw_ns=int(gaps["dur_ns"].sum()), recoverable_ns=recoverable)
 
 

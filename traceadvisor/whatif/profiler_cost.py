@@ -522,6 +522,7 @@ def fitted_calibration(trace: Trace) -> Calibration:
 
     base = ProfilerCost.bundled().for_trace(trace)
 
+    @functools.cache
     def host_step(factor: float) -> float:
         return step_time_ns(replay(trace, unprofiled_overrides(trace, base.scaled(factor))))
 
