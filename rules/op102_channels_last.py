@@ -14,6 +14,7 @@ from traceadvisor.rules_api import (
     evidence_from,
     fmt_ns,
     layout_transposes,
+    nhwc_batch_norm_ns,
     op_location,
     pct,
     per_step,
@@ -53,7 +54,10 @@ class ChannelsLast(Rule[Options]):
     implicit GEMMs (`…nhwckrsc_nhwc…`). The saving is the what-if replay's `channels-last`
     scenario (`traceadvisor whatif TRACE --apply channels-last`): the transposes take no GPU time
     and no host time for their launches; the convolution kernels keep their time (they are the
-    same NHWC kernels). Other layout effects (batch norm's NHWC kernels, pooling) are not counted.
+    same NHWC kernels); training batch norm's NCHW kernels (`bn_fw_tr_1C11…`, `bn_bw_1C11…`) run
+    as cuDNN's persistent NHWC kernels, which PyTorch picks for channels_last inputs in training
+    (modelled from each op's input size and the trace's own elementwise bandwidth; needs
+    `record_shapes`). Pooling and elementwise kernels keep their time.
 
     ## How to fix
     Convert the model and its inputs to channels_last:
@@ -91,18 +95,36 @@ class ChannelsLast(Rule[Options]):
             return
         steps = max(1, len(trace.steps.table))
         convs = tk["op"].nunique()
+        bn = nhwc_batch_norm_ns(trace)
+        bn_ns = float(k.loc[list(bn), "dur_ns"].sum()) if bn else 0.0
+        bn_text = (
+            f" Training batch norm ran cuDNN's NCHW kernels, {fmt_ns(bn_ns / steps)} per step; on channels_last "
+            f"tensors its persistent NHWC kernels would take about {fmt_ns(sum(bn.values()) / steps)}."
+            if bn
+            else ""
+        )
         yield self.finding(
             trace,
             message=(
                 "cuDNN transposed NCHW tensors to NHWC and back around "
                 f"{plural(convs // steps, 'convolution op')} per step: "
                 f"{plural(len(tk) // steps, 'transpose kernel')}, {fmt_ns(t_ns / steps)} per step "
-                f"({share:.0f}% of all kernel time in the trace)."
+                f"({share:.0f}% of all kernel time in the trace)." + bn_text
             ),
             recommendation=RECOMMENDATION,
             per_step=per_step(saving),
-            basis=replay_basis(saving, "cuDNN's layout transposes and their launches removed"),
+            basis=replay_basis(
+                saving,
+                "cuDNN's layout transposes and their launches removed"
+                + (", batch norm on its persistent NHWC kernels" if bn else ""),
+            ),
             evidence=evidence_from(tk),
             location=op_location(trace, int(tk["op"].iat[0])),
-            data={"transpose_us_per_step": us(t_ns / steps), "transposes": len(tk), "share_pct": share},
+            data={
+                "transpose_us_per_step": us(t_ns / steps),
+                "transposes": len(tk),
+                "share_pct": share,
+                "nchw_batch_norm_us_per_step": us(bn_ns / steps),
+                "nhwc_batch_norm_us_per_step": us(sum(bn.values()) / steps),
+            },
         )

@@ -83,7 +83,7 @@ from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.alignment import unaligned_products
 from traceadvisor.whatif.fusion import fusible_kernels, fusion_chains
-from traceadvisor.whatif.precision import layout_transposes, matrix_kernels
+from traceadvisor.whatif.precision import layout_transposes, matrix_kernels, nhwc_batch_norm_ns
 from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
@@ -146,6 +146,7 @@ __all__ = [
     "matrix_kernels",
     "measured_unprofiled_ns",
     "names_at",
+    "nhwc_batch_norm_ns",
     "op_location",
     "op_work",
     "parse_raw",

@@ -179,7 +179,7 @@ def _blocks_between(trace: Trace, thread: int, lo: int, hi: int) -> bool:
     return bool(np.isin(names[th == thread], list(BLOCKING_CALLS)).any())
 
 
-def _first_input(dims_raw: object, types_raw: object) -> tuple[int, int]:
+def first_input(dims_raw: object, types_raw: object) -> tuple[int, int]:
     """(elements, bytes per element) of an op's first input, (0, 4) when not recorded."""
     dims, types = parse_raw(dims_raw), parse_raw(types_raw)
     if not dims or not isinstance(dims[0], list) or not dims[0]:
@@ -221,7 +221,7 @@ def _optimizer_group(trace: Trace, ann: pd.Series, k_rows: I64, op_rows: I64) ->
     top = launching[names == repeated[repeated == params].index[0]]
     at = host.index.get_indexer(top)
     dims, types = host["input_dims"].to_numpy()[at], host["input_types"].to_numpy()[at]
-    sizes = [_first_input(d, t) for d, t in zip(dims, types, strict=True)]
+    sizes = [first_input(d, t) for d, t in zip(dims, types, strict=True)]
     numel = np.array([n for n, _ in sizes], dtype=np.int64)
     nbytes = float(sum(n * s for n, s in sizes)) * ACCESSES.get(optimizer, 7)
     if not nbytes:  # no shapes: the eager kernels' own bytes are an upper bound; a quarter, as OP201

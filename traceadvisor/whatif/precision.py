@@ -2,7 +2,8 @@
 
 ``bf16``: the fp32 and TF32 convolution and matrix-product kernels run on the bf16 tensor cores, as
 ``torch.autocast("cuda", dtype=torch.bfloat16)`` runs them, and the casts autocast adds are paid.
-``channels-last``: the layout transposes cuDNN runs around NCHW convolutions are gone.
+``channels-last``: the layout transposes cuDNN runs around NCHW convolutions are gone, and training
+batch norm runs cuDNN's persistent NHWC kernels instead of its NCHW ones.
 
 Both are graph changes of the replay (``replay.Overrides``). The replay cannot add GPU records or
 host events, so a cost autocast adds (a cast kernel and the ops that launch it) is added to the
@@ -22,9 +23,11 @@ import pandas as pd
 
 from traceadvisor.roofline.models import MATRIX_CLASSES
 from traceadvisor.roofline.peaks import Peaks
+from traceadvisor.roofline.view import LATENCY_FLOOR_NS
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.fusion import BANDWIDTH_EFFICIENCY, BIG_KERNEL_BYTES, first_input
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides
@@ -54,6 +57,26 @@ CONV_OPS = re.compile(r"conv", re.IGNORECASE)
 # fitted on any pair; the NCHW-only SIMT kernels ("nchwkcrs_nchw ... ffma", a few % of the conv
 # time in p12_conv_*) are kept as measured for want of a measured NHWC replacement.
 NHWC_CONV_RATIO = 1.0
+
+# Training batch norm on channels_last tensors: ATen's cudnn_batch_norm asks cuDNN for
+# CUDNN_BATCHNORM_SPATIAL_PERSISTENT when the input is channels_last and the module trains
+# (aten/src/ATen/native/cudnn/BatchNorm.cpp, getCudnnBatchNormMode), CUDNN_BATCHNORM_SPATIAL
+# otherwise. The NCHW kernels (bn_fw_tr_1C11*, bn_bw_1C11*: a block per channel over N strided HxW
+# planes) reach 0.2-0.5 of the HBM bandwidth on an H200; the persistent NHWC ones
+# (batchnorm_fwtr/bwtr_nhwc_semiPersist) take ``NHWC_BN_EFFICIENCY`` x the time the two-pass batch
+# norm's bytes take at the rate the trace's own big elementwise kernels stream: forward reads x for
+# the statistics, reads it again and writes y (3 passes); backward reads x and dy for the two
+# reductions, reads them again and writes dx (5 passes).
+NCHW_BN_KERNEL = re.compile(r"bn_fw_tr_1C11|bn_bw_1C11")
+BN_OPS = ("aten::cudnn_batch_norm", "aten::cudnn_batch_norm_backward")
+BN_PASSES_FORWARD = 3
+BN_PASSES_BACKWARD = 5
+# Fitted on one fit pair only: conv_cl_gpu's after traces (run 23, H200: ResNet-18, batch 256,
+# channels_last), the sum of its 240 NHWC batch-norm kernels' times over the sum of the model's
+# (``python bench/channels_last_bn.py``). On the validation pairs' after traces the model's total
+# batch-norm time is within 1% on resnet50_cl and 8-15% short on conv_cl (small tensors: a few
+# µs each, under the persistent kernels' floor).
+NHWC_BN_EFFICIENCY = 1.19
 
 # Bytes per element a cast moves: an fp32 read and a bf16 write (fp32 -> bf16), or back.
 CAST_BYTES_PER_ELEMENT = 4 + 2
@@ -344,6 +367,49 @@ def layout_transposes(trace: Trace) -> pd.DataFrame:
     return k[mask]
 
 
+def streaming_bandwidth(trace: Trace) -> float:
+    """Bytes/s the trace's big elementwise kernels stream at (their bytes over their time), else
+    ``BANDWIDTH_EFFICIENCY`` of the datasheet bandwidth; NaN without either."""
+    roof = roofline_of(trace)
+    k = roof.kernels
+    if len(k):
+        big = k[(k["op_class"] == "elementwise").to_numpy() & (k["bytes"].fillna(0).to_numpy() >= BIG_KERNEL_BYTES)]
+        dur = float(big["dur_ns"].sum())
+        if dur > 0:
+            return float(big["bytes"].sum()) / dur * 1e9
+    return BANDWIDTH_EFFICIENCY * roof.peaks.bytes_per_s if roof.peaks is not None else float("nan")
+
+
+def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
+    """The NCHW training batch-norm kernels (rows of ``trace.kernels``) and each one's predicted
+    time as cuDNN's persistent NHWC kernel (``NHWC_BN_EFFICIENCY``); empty without them, without
+    the op's input shape (record_shapes off) or without a streaming rate."""
+    k = trace.kernels
+    if not len(k):
+        return {}
+    op = k["op"].to_numpy()
+    mask = k["name"].astype(str).str.contains(NCHW_BN_KERNEL).to_numpy() & (op >= 0)
+    if not mask.any():
+        return {}
+    rate = streaming_bandwidth(trace)
+    if not np.isfinite(rate) or rate <= 0:
+        return {}
+    host = trace.host
+    names = host["name"].astype(str).to_numpy()
+    dims, types = host["input_dims"].to_numpy(), host["input_types"].to_numpy()
+    out: dict[int, int] = {}
+    for r, o in zip(k.index[mask].tolist(), op[mask].tolist(), strict=True):
+        if names[o] not in BN_OPS:
+            continue
+        numel, size = first_input(dims[o], types[o])
+        if numel <= 0:
+            continue
+        passes = BN_PASSES_BACKWARD if names[o].endswith("_backward") else BN_PASSES_FORWARD
+        ns = NHWC_BN_EFFICIENCY * passes * numel * size / rate * 1e9
+        out[int(r)] = round(max(LATENCY_FLOOR_NS, ns))
+    return out
+
+
 def _nhwc_conv_kernels(trace: Trace) -> pd.DataFrame:
     """cuDNN's NHWC convolution kernels (implicit GEMMs whose names say nhwc) launched by convolution ops."""
     k = trace.kernels
@@ -379,6 +445,7 @@ def channels_last(trace: Trace) -> Overrides:
     conv = _nhwc_conv_kernels(trace)
     dur = (conv["dur_ns"].to_numpy() * NHWC_CONV_RATIO).round().astype(np.int64)
     scaled = {int(r): int(d) for r, d in zip(conv.index.tolist(), dur.tolist(), strict=True)}
+    scaled |= nhwc_batch_norm_ns(trace)
     return Overrides(
         gpu_dur_ns=scaled | {int(r): 0 for r in rows},
         gpu_delay_ns={int(r): 0 for r in rows},
