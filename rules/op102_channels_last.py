@@ -54,10 +54,12 @@ class ChannelsLast(Rule[Options]):
     implicit GEMMs (`…nhwckrsc_nhwc…`). The saving is the what-if replay's `channels-last`
     scenario (`traceadvisor whatif TRACE --apply channels-last`): the transposes take no GPU time
     and no host time for their launches; the convolution kernels keep their time (they are the
-    same NHWC kernels); training batch norm's NCHW kernels (`bn_fw_tr_1C11…`, `bn_bw_1C11…`) run
-    as cuDNN's persistent NHWC kernels, which PyTorch picks for channels_last inputs in training
-    (modelled from each op's input size and the trace's own elementwise bandwidth; needs
-    `record_shapes`). Pooling and elementwise kernels keep their time.
+    same NHWC kernels); training batch norm's NCHW kernels run as their channels_last
+    counterparts: cuDNN's (`bn_fw_tr_1C11…`, `bn_bw_1C11…`) as its persistent NHWC kernels, which
+    PyTorch picks for channels_last inputs in training, and ATen's (`batch_norm_*_kernel`, which run
+    under autocast) as its `…_channels_last_kernel`s (modelled from each op's input size and the
+    trace's own elementwise bandwidth; needs `record_shapes`). Pooling and elementwise kernels keep
+    their time.
 
     ## How to fix
     Convert the model and its inputs to channels_last:
@@ -98,8 +100,8 @@ class ChannelsLast(Rule[Options]):
         bn = nhwc_batch_norm_ns(trace)
         bn_ns = float(k.loc[list(bn), "dur_ns"].sum()) if bn else 0.0
         bn_text = (
-            f" Training batch norm ran cuDNN's NCHW kernels, {fmt_ns(bn_ns / steps)} per step; on channels_last "
-            f"tensors its persistent NHWC kernels would take about {fmt_ns(sum(bn.values()) / steps)}."
+            f" Training batch norm ran its NCHW kernels, {fmt_ns(bn_ns / steps)} per step; on channels_last "
+            f"tensors its channels_last kernels would take about {fmt_ns(sum(bn.values()) / steps)}."
             if bn
             else ""
         )
@@ -116,7 +118,7 @@ class ChannelsLast(Rule[Options]):
             basis=replay_basis(
                 saving,
                 "cuDNN's layout transposes and their launches removed"
-                + (", batch norm on its persistent NHWC kernels" if bn else ""),
+                + (", batch norm on its channels_last kernels" if bn else ""),
             ),
             evidence=evidence_from(tk),
             location=op_location(trace, int(tk["op"].iat[0])),

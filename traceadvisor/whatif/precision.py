@@ -3,7 +3,7 @@
 ``bf16``: the fp32 and TF32 convolution and matrix-product kernels run on the bf16 tensor cores, as
 ``torch.autocast("cuda", dtype=torch.bfloat16)`` runs them, and the casts autocast adds are paid.
 ``channels-last``: the layout transposes cuDNN runs around NCHW convolutions are gone, and training
-batch norm runs cuDNN's persistent NHWC kernels instead of its NCHW ones.
+batch norm runs its channels_last kernels (cuDNN's persistent ones, or ATen's under autocast).
 
 Both are graph changes of the replay (``replay.Overrides``). The replay cannot add GPU records or
 host events, so a cost autocast adds (a cast kernel and the ops that launch it) is added to the
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
@@ -58,25 +59,52 @@ CONV_OPS = re.compile(r"conv", re.IGNORECASE)
 # time in p12_conv_*) are kept as measured for want of a measured NHWC replacement.
 NHWC_CONV_RATIO = 1.0
 
-# Training batch norm on channels_last tensors: ATen's cudnn_batch_norm asks cuDNN for
-# CUDNN_BATCHNORM_SPATIAL_PERSISTENT when the input is channels_last and the module trains
+# Training batch norm on channels_last tensors runs other kernels. With cuDNN (input and weight of
+# one type): ATen asks for CUDNN_BATCHNORM_SPATIAL_PERSISTENT when a training input is channels_last
 # (aten/src/ATen/native/cudnn/BatchNorm.cpp, getCudnnBatchNormMode), CUDNN_BATCHNORM_SPATIAL
-# otherwise. The NCHW kernels (bn_fw_tr_1C11*, bn_bw_1C11*: a block per channel over N strided HxW
-# planes) reach 0.2-0.5 of the HBM bandwidth on an H200; the persistent NHWC ones
-# (batchnorm_fwtr/bwtr_nhwc_semiPersist) take ``NHWC_BN_EFFICIENCY`` x the time the two-pass batch
-# norm's bytes take at the rate the trace's own big elementwise kernels stream: forward reads x for
-# the statistics, reads it again and writes y (3 passes); backward reads x and dy for the two
-# reductions, reads them again and writes dx (5 passes).
-NCHW_BN_KERNEL = re.compile(r"bn_fw_tr_1C11|bn_bw_1C11")
-BN_OPS = ("aten::cudnn_batch_norm", "aten::cudnn_batch_norm_backward")
-BN_PASSES_FORWARD = 3
-BN_PASSES_BACKWARD = 5
-# Fitted on one fit pair only: conv_cl_gpu's after traces (run 23, H200: ResNet-18, batch 256,
-# channels_last), the sum of its 240 NHWC batch-norm kernels' times over the sum of the model's
-# (``python bench/channels_last_bn.py``). On the validation pairs' after traces the model's total
-# batch-norm time is within 1% on resnet50_cl and 8-15% short on conv_cl (small tensors: a few
-# µs each, under the persistent kernels' floor).
-NHWC_BN_EFFICIENCY = 1.19
+# otherwise. Under autocast (bf16 input, fp32 weight: cuDNN is skipped) ATen's own kernels run, with
+# separate channels_last variants (aten/src/ATen/native/cuda/Normalization.cuh). The NCHW kernels
+# reach 0.1-0.5 of the HBM bandwidth on an H200. Each is replaced by the channels_last kernels that
+# do its work, each taking ``efficiency`` x the time its passes over the input take at the rate the
+# trace's own big elementwise kernels stream (never under the latency floor). The passes are those
+# of the two-pass algorithm: forward reads x for the statistics, reads it again and writes y (3);
+# backward reads x and dy for the reductions, reads them again and writes dx (5).
+NHWC_BN_EFFICIENCY = 1.19  # cuDNN's persistent kernels, forward and backward (one constant)
+
+
+@dataclass(frozen=True)
+class ChannelsLastKernel:
+    """A channels_last batch-norm kernel: its name, its passes over the op's input, its efficiency."""
+
+    name: str
+    passes: int
+    efficiency: float
+
+
+# Each NCHW training batch-norm kernel (by name) and the channels_last kernels that replace it.
+# Efficiencies fitted on fit pairs alone (``python bench/channels_last_bn.py``): cuDNN's on
+# conv_cl_gpu's after traces (run 23), ATen's on conv_bf16_cl_gpu's (run 25); the validation pairs
+# (resnet50_cl, resnet50_bf16_cl, conv_cl) are checked there, not fitted.
+NCHW_BATCH_NORM: dict[str, tuple[ChannelsLastKernel, ...]] = {
+    "bn_fw_tr_1C11": (ChannelsLastKernel("batchnorm_fwtr_nhwc", 3, NHWC_BN_EFFICIENCY),),
+    "bn_bw_1C11": (ChannelsLastKernel("batchnorm_bwtr_nhwc", 5, NHWC_BN_EFFICIENCY),),
+    "batch_norm_collect_statistics_kernel": (
+        ChannelsLastKernel("batch_norm_collect_statistics_channels_last", 1, 7.70),
+    ),
+    "batch_norm_transform_input_kernel": (ChannelsLastKernel("batch_norm_transform_input_channels_last", 2, 1.98),),
+    "batch_norm_backward_kernel": (
+        ChannelsLastKernel("batch_norm_backward_reduce_channels_last", 2, 2.51),
+        ChannelsLastKernel("batch_norm_backward_elemt_channels_last", 3, 1.71),
+    ),
+}
+NCHW_BN_KERNEL = re.compile("|".join(NCHW_BATCH_NORM))
+BN_OPS = (
+    "aten::cudnn_batch_norm",
+    "aten::cudnn_batch_norm_backward",
+    "aten::native_batch_norm",
+    "aten::_native_batch_norm_legit",
+    "aten::native_batch_norm_backward",
+)
 
 # Bytes per element a cast moves: an fp32 read and a bf16 write (fp32 -> bf16), or back.
 CAST_BYTES_PER_ELEMENT = 4 + 2
@@ -382,8 +410,8 @@ def streaming_bandwidth(trace: Trace) -> float:
 
 def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
     """The NCHW training batch-norm kernels (rows of ``trace.kernels``) and each one's predicted
-    time as cuDNN's persistent NHWC kernel (``NHWC_BN_EFFICIENCY``); empty without them, without
-    the op's input shape (record_shapes off) or without a streaming rate."""
+    time on channels_last tensors (``NCHW_BATCH_NORM``); empty without them, without the op's
+    input shape (record_shapes off) or without a streaming rate."""
     k = trace.kernels
     if not len(k):
         return {}
@@ -397,16 +425,21 @@ def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
     host = trace.host
     names = host["name"].astype(str).to_numpy()
     dims, types = host["input_dims"].to_numpy(), host["input_types"].to_numpy()
+    kernel_names = k["name"].astype(str).to_numpy()
     out: dict[int, int] = {}
-    for r, o in zip(k.index[mask].tolist(), op[mask].tolist(), strict=True):
+    for r, o in zip(np.flatnonzero(mask).tolist(), op[mask].tolist(), strict=True):
         if names[o] not in BN_OPS:
             continue
         numel, size = first_input(dims[o], types[o])
         if numel <= 0:
             continue
-        passes = BN_PASSES_BACKWARD if names[o].endswith("_backward") else BN_PASSES_FORWARD
-        ns = NHWC_BN_EFFICIENCY * passes * numel * size / rate * 1e9
-        out[int(r)] = round(max(LATENCY_FLOOR_NS, ns))
+        match = NCHW_BN_KERNEL.search(kernel_names[r])
+        assert match is not None
+        ns = sum(
+            max(LATENCY_FLOOR_NS, c.efficiency * c.passes * numel * size / rate * 1e9)
+            for c in NCHW_BATCH_NORM[match.group(0)]
+        )
+        out[int(k.index[r])] = round(ns)
     return out
 
 
