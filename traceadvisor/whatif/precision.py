@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from traceadvisor.analyses.cache import memoised
 from traceadvisor.roofline.models import MATRIX_CLASSES
 from traceadvisor.roofline.peaks import Peaks
 from traceadvisor.roofline.view import LATENCY_FLOOR_NS
@@ -408,15 +409,18 @@ def streaming_bandwidth(trace: Trace) -> float:
     return BANDWIDTH_EFFICIENCY * roof.peaks.bytes_per_s if roof.peaks is not None else float("nan")
 
 
+@memoised
 def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
     """The NCHW training batch-norm kernels (rows of ``trace.kernels``) and each one's predicted
     time on channels_last tensors (``NCHW_BATCH_NORM``); empty without them, without the op's
-    input shape (record_shapes off) or without a streaming rate."""
+    input shape (record_shapes off) or without a streaming rate. Memoised: the channels-last
+    scenario and OP102 both read it."""
     k = trace.kernels
     if not len(k):
         return {}
     op = k["op"].to_numpy()
-    mask = k["name"].astype(str).str.contains(NCHW_BN_KERNEL).to_numpy() & (op >= 0)
+    matched = k["name"].astype(str).str.extract(f"({NCHW_BN_KERNEL.pattern})", expand=False).to_numpy()
+    mask = pd.notna(matched) & (op >= 0)
     if not mask.any():
         return {}
     rate = streaming_bandwidth(trace)
@@ -425,21 +429,17 @@ def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
     host = trace.host
     names = host["name"].astype(str).to_numpy()
     dims, types = host["input_dims"].to_numpy(), host["input_types"].to_numpy()
-    kernel_names = k["name"].astype(str).to_numpy()
     out: dict[int, int] = {}
-    for r, o in zip(np.flatnonzero(mask).tolist(), op[mask].tolist(), strict=True):
+    for r, o, kernel in zip(k.index[mask].tolist(), op[mask].tolist(), matched[mask].tolist(), strict=True):
         if names[o] not in BN_OPS:
             continue
         numel, size = first_input(dims[o], types[o])
-        if numel <= 0:
-            continue
-        match = NCHW_BN_KERNEL.search(kernel_names[r])
-        assert match is not None
-        ns = sum(
-            max(LATENCY_FLOOR_NS, c.efficiency * c.passes * numel * size / rate * 1e9)
-            for c in NCHW_BATCH_NORM[match.group(0)]
-        )
-        out[int(k.index[r])] = round(ns)
+        if numel > 0:
+            ns = sum(
+                max(LATENCY_FLOOR_NS, c.efficiency * c.passes * numel * size / rate * 1e9)
+                for c in NCHW_BATCH_NORM[kernel]
+            )
+            out[int(r)] = round(ns)
     return out
 
 
