@@ -524,12 +524,12 @@ def fitted_calibration(trace: Trace) -> Calibration:
 
     @functools.cache
     def host_step(factor: float) -> float:
-        return step_time_ns(replay(trace, unprofiled_overrides(trace, base.scaled(factor))))
+        return step_time_ns(replay(trace, unprofiled_overrides(trace, base.scaled(factor)), steady=True))
 
     nominal = unprofiled_overrides(trace, base)
 
     def kernel_step(scale: float) -> float:
-        return step_time_ns(replay(trace, replace(nominal, kernel_scale=scale)))
+        return step_time_ns(replay(trace, replace(nominal, kernel_scale=scale), steady=True))
 
     if abs(host_step(1.0) - target) <= CALIBRATION_TOLERANCE * target:
         return Calibration()
@@ -563,4 +563,4 @@ def calibration(trace: Trace) -> float:
 def unprofiled_replay(trace: Trace) -> Replay:
     """The trace replayed without the profiler's host cost (memoised): the predicted unprofiled run,
     calibrated to the measured unprofiled steps when the trace carries them."""
-    return replay(trace, unprofiled_overrides(trace))
+    return replay(trace, unprofiled_overrides(trace), steady=True)

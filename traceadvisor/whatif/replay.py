@@ -120,6 +120,9 @@ class Replay:
     steps: tuple[StepReplay, ...]
     # per gpu row, where the release delay kept as an external wait began (-1: none; ``_kept_delays``)
     external_from_ns: I64 | None = None
+    # the loop's steady-state step time (ns): the window's steps replayed again and again from the
+    # state the previous pass left (``steady`` replays only; None otherwise or without steps)
+    period_ns: float | None = None
 
     @property
     def error_pct(self) -> float | None:
@@ -157,14 +160,123 @@ class _Shifts:
         return self.shifts[thread][k] if k >= 0 else 0
 
 
+# A window of fewer steps than this is replayed once more, from the state it left: the loop's
+# steady state (docs/whatif.md "The loop's steady state"). A 2-3 step window's step ends rest on the
+# state its first step began in (the GPU queue empty after the profiler's start, or the warm-up
+# step's backlog) and on that first step, which holds the profiler's start (p12_storm_compile_after
+# of run 19: 38 ms of CPU window, then 19 and 19); the steps after the first, replayed again from
+# where they left every stream and thread, begin as the loop's next step does. A longer window's
+# own step ends are the estimate (and a pass over it would double the replay's cost).
+STEADY_STEPS = 8
+# Later passes: one gives the same counts as two to eight on every run of fixtures/pairs12_runs
+# (python bench/steady_state.py --variants); each costs a replay of the window.
+LATER_PASSES = 1
+# The first step of a window that a later pass repeats (0: every step, the first included).
+STEADY_FROM_STEP = 1
+
+
+@dataclass
+class _Window:
+    """The profiled steps' CPU span, replayed ``passes`` times (the first pass is the trace itself;
+    each later one is shifted by ``span_ns`` and starts from the state the previous one left), and
+    each pass's replayed step ends (``add_pass``)."""
+
+    start_ns: int
+    end_ns: int
+    passes: int
+    threads: list[tuple[int, int]]  # each step's thread (pid, tid)
+    cpu_start_ns: list[int]  # each step's measured CPU start
+    cpu_end_ns: list[int]  # each step's measured CPU end
+    host_removed: HostTimeMap
+    removed_end_ns: list[int] = field(default_factory=list)  # host time removed before each CPU end
+    ends: list[list[int]] = field(default_factory=list)  # per later pass, each step's replayed end
+    _per_pass: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    @property
+    def span_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @classmethod
+    def of(cls, trace: Trace, removed: HostTimeMap) -> _Window | None:
+        """The window of ``trace``'s steps, or None without steps or with ``STEADY_STEPS`` or more."""
+        t = trace.steps.table
+        n = len(t)
+        if not n or n >= STEADY_STEPS or not trace.device_ids:
+            return None
+        cs, ce = t["cpu_start_ns"].tolist(), t["cpu_end_ns"].tolist()
+        names = t["name"].tolist()
+        if n > STEADY_FROM_STEP:  # the first step is not the loop's (``STEADY_STEPS``)
+            cs, ce, names = cs[STEADY_FROM_STEP:], ce[STEADY_FROM_STEP:], names[STEADY_FROM_STEP:]
+        threads = [_step_thread(trace, str(name), int(c)) for name, c in zip(names, cs, strict=True)]
+        w = cls(int(cs[0]), int(ce[-1]), 1 + LATER_PASSES, threads, [int(x) for x in cs], [int(x) for x in ce], removed)
+        if w.span_ns <= 0:
+            return None
+        w.removed_end_ns = [
+            int(w._removed(th, [c])[0]) if removed else 0 for th, c in zip(threads, w.cpu_end_ns, strict=True)
+        ]
+        return w
+
+    def _removed(self, thread: tuple[int, int], t: list[int]) -> I64:
+        key = (thread[0] << 32) + (thread[1] & 0xFFFFFFFF)
+        return self.host_removed.removed(key, np.asarray(t, dtype=np.int64))
+
+    def removed_of(self, thread: tuple[int, int]) -> int:
+        """Host time taken out of ``thread``'s timeline inside the window: what each later pass loses."""
+        if thread not in self._per_pass:
+            r = self._removed(thread, [self.start_ns, self.end_ns]) if self.host_removed else np.zeros(2, np.int64)
+            self._per_pass[thread] = int(r[1] - r[0])
+        return self._per_pass[thread]
+
+    def removed_per_pass(self, threads: list[tuple[int, int]]) -> list[int]:
+        return [self.removed_of(th) for th in threads]
+
+    def step_of(self, trace: Trace, rows: I64, lrow: I64) -> I64:
+        """Per record (in launch order): the step whose CPU window launched it on the busiest device
+        (the records ``_steps`` gives a step's GPU end from), -1 for none."""
+        launch_ts = trace.runtime["ts_ns"].to_numpy()[lrow]
+        on_dev = trace.gpu["device"].to_numpy()[rows] == trace.device_ids[0]
+        out = np.full(len(rows), -1, dtype=np.int64)
+        for s, (cs, ce) in enumerate(zip(self.cpu_start_ns, self.cpu_end_ns, strict=True)):
+            out[on_dev & (launch_ts >= cs) & (launch_ts < ce)] = s
+        return out
+
+    def add_pass(self, p: int, shifts: _Shifts, gpu_end: list[int]) -> None:
+        """Pass ``p``'s step ends: each step's replayed CPU end (its thread's shift then, less the host
+        time removed) or its GPU work's end, whichever is later."""
+        off = p * self.span_ns
+        ends = []
+        for th, c, gone, g in zip(self.threads, self.cpu_end_ns, self.removed_end_ns, gpu_end, strict=True):
+            cpu = c + off - gone - p * self.removed_of(th) + shifts.at(th, c + off)
+            ends.append(max(cpu, g))
+        self.ends.append(ends)
+
+    def period_ns(self, steps: tuple[StepReplay, ...]) -> float | None:
+        """The steady-state step time: the last pass's last step end less the one before it, over
+        the steps a pass holds."""
+        if not steps or not self.ends:
+            return None
+        prev = self.ends[-2][-1] if len(self.ends) > 1 else steps[-1].replayed_end_ns
+        return (self.ends[-1][-1] - prev) / len(self.cpu_end_ns)
+
+
+def _step_thread(trace: Trace, name: str, cpu_start_ns: int) -> tuple[int, int]:
+    """The host thread that recorded a step's annotation ((-1, -1) when none matches)."""
+    ann = trace.annotations
+    hit = np.flatnonzero((ann["name"].astype(str).to_numpy() == name) & (ann["ts_ns"].to_numpy() == cpu_start_ns))
+    if not len(hit):
+        return (-1, -1)
+    return (int(ann["pid"].to_numpy()[hit[0]]), int(ann["tid"].to_numpy()[hit[0]]))
+
+
 @memoised
 def measured_replay(trace: Trace) -> Replay:
     """The unchanged trace replayed (memoised): its step errors say how far the model can be trusted."""
     return replay(trace)
 
 
-def replay(trace: Trace, overrides: Overrides | None = None) -> Replay:
-    """Replay ``trace`` (with ``overrides`` applied) and return the replayed GPU times and steps."""
+def replay(trace: Trace, overrides: Overrides | None = None, steady: bool = False) -> Replay:
+    """Replay ``trace`` (with ``overrides`` applied) and return the replayed GPU times and steps;
+    ``steady``: also the loop's steady-state step time (``Replay.period_ns``, ``_Window``)."""
     ov = overrides or Overrides()
     gpu = trace.gpu
     start = gpu["ts_ns"].to_numpy().copy()
@@ -173,9 +285,12 @@ def replay(trace: Trace, overrides: Overrides | None = None) -> Replay:
     launched = np.flatnonzero(launch >= 0)
     shifts = _Shifts()
     external = np.full(len(gpu), -1, dtype=np.int64)
+    window = _Window.of(trace, ov.host_removed) if steady else None
     if len(launched):
-        _simulate(trace, launched, ov, start, end, shifts, external)
-    return Replay(start, end, _steps(trace, start, end, shifts, ov.host_removed, external), external)
+        _simulate(trace, launched, ov, start, end, shifts, external, window)
+    steps = _steps(trace, start, end, shifts, ov.host_removed, external)
+    period = window.period_ns(steps) if window is not None else None
+    return Replay(start, end, steps, external, period)
 
 
 def _stream_keys(gpu: pd.DataFrame, rows: I64) -> I64:
@@ -284,7 +399,16 @@ def _names_where(table: pd.DataFrame, test: Callable[[str], bool]) -> npt.NDArra
     return hit[codes]  # code -1 (no name) reads the trailing False
 
 
-def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, shifts: _Shifts, external: I64) -> None:
+def _simulate(
+    trace: Trace,
+    launched: I64,
+    ov: Overrides,
+    start: I64,
+    end: I64,
+    shifts: _Shifts,
+    external: I64,
+    window: _Window | None = None,
+) -> None:
     """Run the replay loop over launched GPU records and blocking calls, in measured launch order."""
     gpu, rt = trace.gpu, trace.runtime
     is_blocking = _names_where(rt, lambda n: n in BLOCKING_CALLS)
@@ -342,7 +466,7 @@ def _simulate(trace: Trace, launched: I64, ov: Overrides, start: I64, end: I64, 
     host = np.array(sorted(r for r in ov.host_dur_ns if not is_blocking[r]), dtype=np.int64)
     ov = replace(ov, host_dur_ns={int(r): ov.host_dur_ns[int(r)] for r in host.tolist()})
     calls = np.union1d(calls, host).astype(np.int64)
-    _loop(trace, rows, lrow, keys, delay, dur, launch_ref, floor, waits, calls, ov, start, end, shifts)
+    _loop(trace, rows, lrow, keys, delay, dur, launch_ref, floor, waits, calls, ov, start, end, shifts, window)
 
 
 def _inferred_waits(trace: Trace, rows: I64, release: I64) -> dict[int, int]:
@@ -484,9 +608,12 @@ def _loop(
     start: I64,
     end: I64,
     shifts: _Shifts,
+    window: _Window | None = None,
 ) -> None:
     """The event loop. GPU record i is processed at its launch call's start, a blocking call at its
-    own start (after the copy it launches, if any): everything either waits for was launched before."""
+    own start (after the copy it launches, if any): everything either waits for was launched before.
+    With a ``window``, the events inside it are then replayed ``window.passes - 1`` more times, each
+    pass shifted by the window's span and starting from the state the previous one left."""
     rt = trace.runtime
     rt_ts, rt_end = rt["ts_ns"].to_numpy(), rt["end_ns"].to_numpy()
     pid, tid = rt["pid"].to_numpy(), rt["tid"].to_numpy()
@@ -528,71 +655,114 @@ def _loop(
     new_start, new_end = [0] * len(rows), [0] * len(rows)
     shift = [0] * (int(thread_ix.max()) + 1 if len(thread_ix) else 1)
     last = [-1] * (max(key_l) + 1)  # position of the last record launched on each stream key
-    own_end: dict[int, int] = {}  # a blocking call's own copies' replayed end
-    own_meas: dict[int, int] = {}
-    for kind, i in zip(ev_kind[sched].tolist(), ev_idx[sched].tolist(), strict=True):
-        if kind == 0:
-            k = key_l[i]
-            f = first_l[i]
-            if f != i:  # a later node of a graph launch: where the graph put it, after its first node
-                s0 = new_start[f] + offset_l[i]
-                p = last[k]
-                if p >= 0 and new_end[p] > s0:
-                    s0 = new_end[p]
+    # the measured-time offset of the pass that launched each stream's last record (0 but in a window's
+    # later passes): a blocking call compares measured ends within one pass's frame
+    last_off = [0] * len(last)
+    _, first_row = np.unique(thread_ix, return_index=True)
+    thread_pid_tid = list(zip(pid[first_row].tolist(), tid[first_row].tolist(), strict=True))
+    # per thread (small int), the host time taken out per window pass; per record, its step (-1: none)
+    per_pass_removed = [0] * len(shift)
+    step_of: list[int] = []
+    if window is not None:
+        per_pass_removed = window.removed_per_pass(thread_pid_tid)
+        step_of = window.step_of(trace, rows, lrow).tolist()
+
+    def run(items: list[tuple[int, int]], p: int, off: int, rec: _Shifts, step_gpu_end: list[int] | None) -> None:
+        own_end: dict[int, int] = {}  # a blocking call's own copies' replayed end
+        own_meas: dict[int, int] = {}
+        for kind, i in items:
+            if kind == 0:
+                k = key_l[i]
+                f = first_l[i]
+                if f != i:  # a later node of a graph launch: where the graph put it, after its first node
+                    s0 = new_start[f] + offset_l[i]
+                    q = last[k]
+                    if q >= 0 and new_end[q] > s0:
+                        s0 = new_end[q]
+                    e0 = s0 + dur_l[i]
+                    new_start[i], new_end[i] = s0, e0
+                    last[k], last_off[k] = i, off
+                    if step_gpu_end is not None and step_of[i] >= 0 and e0 > step_gpu_end[step_of[i]]:
+                        step_gpu_end[step_of[i]] = e0
+                    continue
+                th = thread_of[i]
+                ready = ref_l[i] + off - removed_ref[i] - p * per_pass_removed[th] + shift[th]
+                # work queued before the trace holds only the first pass (a later pass is a later step)
+                if p == 0 and floor_l[i] > ready:
+                    ready = floor_l[i]
+                q = last[k]
+                if q >= 0 and new_end[q] > ready:
+                    ready = new_end[q]
+                if i in wait_pos:
+                    for j in wait_pos[i]:
+                        if new_end[j] > ready:
+                            ready = new_end[j]
+                s0 = ready + delay_l[i]
+                # A stream runs its work in order, whatever the release delay says: a launch call that
+                # returned after its kernel had started (the launch queue full: the call waits for room)
+                # measures a negative delay from its end, which would start the record before the one
+                # ahead of it had ended (5.3 ms early in p12_gpt_pad_vocab_before's unprofiled replay).
+                if q >= 0 and new_end[q] > s0:
+                    s0 = new_end[q]
                 e0 = s0 + dur_l[i]
                 new_start[i], new_end[i] = s0, e0
-                last[k] = i
+                last[k], last_off[k] = i, off
+                if step_gpu_end is not None and step_of[i] >= 0 and e0 > step_gpu_end[step_of[i]]:
+                    step_gpu_end[step_of[i]] = e0
+                if own[i]:
+                    lr = lrow_l[i]
+                    own_end[lr] = max(own_end.get(lr, e0), e0)
+                    own_meas[lr] = max(own_meas.get(lr, 0), meas_end[i] + off)
                 continue
-            ready = ref_l[i] - removed_ref[i] + shift[thread_of[i]]
-            if floor_l[i] > ready:
-                ready = floor_l[i]
-            p = last[k]
-            if p >= 0 and new_end[p] > ready:
-                ready = new_end[p]
-            if i in wait_pos:
-                for j in wait_pos[i]:
-                    if new_end[j] > ready:
-                        ready = new_end[j]
-            s0 = ready + delay_l[i]
-            # A stream runs its work in order, whatever the release delay says: a launch call that
-            # returned after its kernel had started (the launch queue full: the call waits for room)
-            # measures a negative delay from its end, which would start the record before the one
-            # ahead of it had ended (5.3 ms early in p12_gpt_pad_vocab_before's unprofiled replay).
-            if p >= 0 and new_end[p] > s0:
-                s0 = new_end[p]
-            e0 = s0 + dur_l[i]
-            new_start[i], new_end[i] = s0, e0
-            last[k] = i
-            if own[i]:
-                lr = lrow_l[i]
-                own_end[lr] = max(own_end.get(lr, e0), e0)
-                own_meas[lr] = max(own_meas.get(lr, 0), meas_end[i])
-            continue
-        c = i
-        th = thread_ix_l[c]
-        sh = shift[th]
-        m0, m1 = call_ts[c], call_end[c]  # measured
-        c0, c1 = m0 - removed_c0[c], m1 - removed_c1[c]  # with the removed host time taken out
-        if c in host_dur:  # a shortened (or lengthened) host call: what follows it on its thread moves
-            shift[th] = sh + host_dur[c] - (c1 - c0)
-            shifts.add((int(pid[c]), int(tid[c])), m1, shift[th])
-            continue
-        awaited, awaited_meas = _awaited(
-            names.get(int(codes[c]), ""),
-            int(stream_arg[c]),
-            c,
-            m1,
-            own_end,
-            own_meas,
-            [(new_end[p], meas_end[p], gpu_stream[p]) for p in last if p >= 0],
-        )
-        if awaited_meas is None or awaited_meas < m0:
-            continue  # it did not wait: a host call like any other, nothing moves
-        wake = m1 - awaited_meas
-        # A removed sync costs only its return path; a kept one returns ``wake`` after its work ends.
-        replayed_end = c0 + sh + wake if c in ov.no_wait else max(c0 + sh + wake, awaited + wake)
-        shift[th] = replayed_end - c1
-        shifts.add((int(pid[c]), int(tid[c])), m1, replayed_end - c1)
+            c = i
+            th = thread_ix_l[c]
+            sh = shift[th]
+            m0, m1 = call_ts[c] + off, call_end[c] + off  # measured (in this pass's frame)
+            gone = p * per_pass_removed[th]
+            c0, c1 = m0 - removed_c0[c] - gone, m1 - removed_c1[c] - gone  # with the removed host time out
+            if c in host_dur:  # a shortened (or lengthened) host call: what follows it on its thread moves
+                shift[th] = sh + host_dur[c] - (c1 - c0)
+                rec.add(thread_pid_tid[th], m1, shift[th])
+                continue
+            awaited, awaited_meas = _awaited(
+                names.get(int(codes[c]), ""),
+                int(stream_arg[c]),
+                c,
+                m1,
+                own_end,
+                own_meas,
+                [(new_end[q], meas_end[q] + last_off[k], gpu_stream[q]) for k, q in enumerate(last) if q >= 0],
+            )
+            if awaited_meas is None or awaited_meas < m0:
+                continue  # it did not wait: a host call like any other, nothing moves
+            wake = m1 - awaited_meas
+            # A removed sync costs only its return path; a kept one returns ``wake`` after its work ends.
+            replayed_end = c0 + sh + wake if c in ov.no_wait else max(c0 + sh + wake, awaited + wake)
+            shift[th] = replayed_end - c1
+            rec.add(thread_pid_tid[th], m1, replayed_end - c1)
+
+    order = list(zip(ev_kind[sched].tolist(), ev_idx[sched].tolist(), strict=True))
+    if window is None:
+        run(order, 0, 0, shifts, None)
+    else:
+        t_sorted = ev_t[sched]
+        w0 = int(np.searchsorted(t_sorted, window.start_ns, side="left"))
+        w1 = int(np.searchsorted(t_sorted, window.end_ns, side="left"))
+        run(order[:w1], 0, 0, shifts, None)
+        # the state the window's end leaves, for the later passes; the first pass then runs on to the end
+        state = (new_start[:], new_end[:], shift[:], last[:], last_off[:])
+        rec = _Shifts({k: v[:] for k, v in shifts.ends.items()}, {k: v[:] for k, v in shifts.shifts.items()})
+        run(order[w1:], 0, 0, shifts, None)
+        start[rows] = new_start
+        end[rows] = new_end
+        new_start[:], new_end[:], shift[:], last[:], last_off[:] = state
+        inside = order[w0:w1]
+        for p in range(1, window.passes):
+            gpu_end = [np.iinfo(np.int64).min] * len(window.cpu_end_ns)
+            off = p * window.span_ns
+            run(inside, p, off, rec, gpu_end)
+            window.add_pass(p, rec, gpu_end)
+        return
     start[rows] = new_start
     end[rows] = new_end
 

@@ -397,6 +397,8 @@ def step_time_ns(r: Replay, measured: bool = False) -> float:
     """
     if not r.steps:
         return float("nan")
+    if not measured and r.period_ns is not None:
+        return r.period_ns
     ends = [s.measured_end_ns if measured else s.replayed_end_ns for s in r.steps]
     if len(ends) == 1:
         s0 = r.steps[0]
