@@ -63,6 +63,7 @@ def channels_last_kernels(after: Trace, rate: float) -> dict[str, tuple[float, f
 
 def fitted_efficiencies() -> dict[str, float]:
     """Each channels_last kernel's efficiency from its fit pair (cuDNN's two share one)."""
+
     def key(name: str) -> str:
         return "cudnn" if name in CUDNN else name
 
@@ -96,8 +97,10 @@ def main() -> None:
                 continue
             nchw = float(before.kernels.loc[list(model), "dur_ns"].sum())
             pred = float(sum(model.values()))
-            print(f"{run_dir.name:8s} {pair:17s} {split:10s} {nchw / 1e6:8.3f} {measured / 1e6:8.3f} "
-                  f"{pred / 1e6:8.3f} {100 * (pred / measured - 1):6.1f}")
+            print(
+                f"{run_dir.name:8s} {pair:17s} {split:10s} {nchw / 1e6:8.3f} {measured / 1e6:8.3f} "
+                f"{pred / 1e6:8.3f} {100 * (pred / measured - 1):6.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from traceadvisor.analyses.idle import GRAPH_LAUNCHES
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, thread_key
 from traceadvisor.whatif.replay import Overrides, Replay, replay
-from traceadvisor.whatif.scenarios import COMPILED_REGION_PREFIXES, GRAPH_LAUNCH_NS
+from traceadvisor.whatif.scenarios import COMPILED_REGION_PREFIXES, GRAPH_LAUNCH_NS, GRAPH_NODE_PROFILER_NS
 
 KINDS = (
     "op_shapes",
@@ -420,6 +420,7 @@ def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None, read_wr
     return Overrides(
         host_removed=profiler_time(trace, cost, read_wrapper_gaps),
         host_dur_ns=graph_launch_durations(trace),
+        graph_gap_cut_ns=GRAPH_NODE_PROFILER_NS,
     )
 
 
@@ -524,12 +525,12 @@ def fitted_calibration(trace: Trace) -> Calibration:
 
     @functools.cache
     def host_step(factor: float) -> float:
-        return step_time_ns(replay(trace, unprofiled_overrides(trace, base.scaled(factor)), steady=True))
+        return step_time_ns(replay(trace, unprofiled_overrides(trace, base.scaled(factor))))
 
     nominal = unprofiled_overrides(trace, base)
 
     def kernel_step(scale: float) -> float:
-        return step_time_ns(replay(trace, replace(nominal, kernel_scale=scale), steady=True))
+        return step_time_ns(replay(trace, replace(nominal, kernel_scale=scale)))
 
     if abs(host_step(1.0) - target) <= CALIBRATION_TOLERANCE * target:
         return Calibration()
@@ -563,4 +564,4 @@ def calibration(trace: Trace) -> float:
 def unprofiled_replay(trace: Trace) -> Replay:
     """The trace replayed without the profiler's host cost (memoised): the predicted unprofiled run,
     calibrated to the measured unprofiled steps when the trace carries them."""
-    return replay(trace, unprofiled_overrides(trace), steady=True)
+    return replay(trace, unprofiled_overrides(trace))

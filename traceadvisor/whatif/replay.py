@@ -74,6 +74,9 @@ class Overrides:
     faster or slower than while profiled (their clock under the power limit: the calibration to the
     steps measured without the profiler, ``profiler_cost.calibration``). Copies and memsets keep
     theirs (the copy engines and PCIe do not follow the SM clock).
+    ``graph_gap_cut_ns``: each gap between consecutive nodes of one graph launch shortened by this
+    (never below 0): a graph's nodes run closer together without the profiler
+    (``scenarios.GRAPH_NODE_PROFILER_NS``).
     """
 
     gpu_dur_ns: Mapping[int, int] = field(default_factory=dict)
@@ -83,6 +86,7 @@ class Overrides:
     host_removed: HostTimeMap = field(default_factory=HostTimeMap)
     gpu_delay_ns: Mapping[int, int] = field(default_factory=dict)
     kernel_scale: float = 1.0
+    graph_gap_cut_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -270,13 +274,15 @@ def _step_thread(trace: Trace, name: str, cpu_start_ns: int) -> tuple[int, int]:
 
 @memoised
 def measured_replay(trace: Trace) -> Replay:
-    """The unchanged trace replayed (memoised): its step errors say how far the model can be trusted."""
-    return replay(trace)
+    """The unchanged trace replayed (memoised): its step errors say how far the model can be trusted
+    (against the measured steps: no steady-state pass)."""
+    return replay(trace, steady=False)
 
 
-def replay(trace: Trace, overrides: Overrides | None = None, steady: bool = False) -> Replay:
-    """Replay ``trace`` (with ``overrides`` applied) and return the replayed GPU times and steps;
-    ``steady``: also the loop's steady-state step time (``Replay.period_ns``, ``_Window``)."""
+def replay(trace: Trace, overrides: Overrides | None = None, steady: bool = True) -> Replay:
+    """Replay ``trace`` (with ``overrides`` applied) and return the replayed GPU times and steps,
+    and (``steady``) the loop's steady-state step time that ``scenarios.step_time_ns`` gives
+    (``Replay.period_ns``, ``_Window``): every predicted step is one."""
     ov = overrides or Overrides()
     gpu = trace.gpu
     start = gpu["ts_ns"].to_numpy().copy()
@@ -638,7 +644,7 @@ def _loop(
     thread_of = thread_ix[lrow].tolist()
     thread_ix_l = thread_ix.tolist()
     wait_pos = _wait_positions(rows, waits, ov.no_event_wait)
-    first, offset = _graph_nodes(trace, rows, lrow)
+    first, offset = _graph_nodes(trace, rows, lrow, ov.graph_gap_cut_ns)
     rt_thread = thread_key(pid, tid)
     # host time taken out before each launch reference and each call's start and end
     removed_ref = ov.host_removed.removed_by_thread(rt_thread[lrow], launch_ref).tolist()
@@ -767,15 +773,40 @@ def _loop(
     end[rows] = new_end
 
 
-def _graph_nodes(trace: Trace, rows: I64, lrow: I64) -> tuple[I64, I64]:
+def _graph_nodes(trace: Trace, rows: I64, lrow: I64, cut_ns: int = 0) -> tuple[I64, I64]:
     """For each record (in launch order), the position of the first record of its launch and its
     measured start offset from it. One cudaGraphLaunch runs many nodes whose dependencies (graph
     edges, possibly across streams) the trace does not record; the graph keeps its measured schedule
-    relative to its first node, which the replay moves."""
+    relative to its first node, which the replay moves. ``cut_ns``: each idle gap before a node (from
+    the latest end of the launch's earlier nodes) shortened by up to that much, and every later node
+    of the launch moved earlier by what its predecessors lost."""
     _, first_of, inverse = np.unique(lrow, return_index=True, return_inverse=True)
     first = first_of[inverse.reshape(-1)].astype(np.int64)
     ts = trace.gpu["ts_ns"].to_numpy()[rows]
-    return first, (ts - ts[first]).astype(np.int64)
+    offset = (ts - ts[first]).astype(np.int64)
+    if cut_ns <= 0 or not len(rows):
+        return first, offset
+    pos = np.arange(len(rows))
+    starts = first == pos
+    # a launch's records share its call's start, so in launch order they are contiguous; anything
+    # else (two launches at one ns) keeps the measured schedule
+    if starts.all() or np.any(np.diff(first) < 0) or int(starts.sum()) >= 1 << 22:  # (4M launches: no overflow)
+        return first, offset
+    end = trace.gpu["end_ns"].to_numpy()[rows]
+    # the latest end among each node's earlier nodes of its launch: one running max over the rows,
+    # each launch lifted above the ones before it (its ends relative to its first node's, which a
+    # node ends within 2**39 ns ~ 9 min of) so the max restarts at every launch
+    group = np.cumsum(starts) - 1
+    lift = np.int64(1) << 40
+    rel = end - end[first]
+    running = np.maximum.accumulate(group * lift + rel + (lift >> 1))
+    prev_end = np.empty(len(rows), dtype=np.int64)
+    prev_end[1:] = running[:-1] - group[1:] * lift - (lift >> 1) + end[first[1:]]
+    gap = np.where(starts, 0, ts - prev_end)
+    cut = np.minimum(np.maximum(gap, 0), cut_ns)
+    # the cut accumulates within a launch: a running sum, less the sum through the launch's first node
+    total = np.cumsum(cut)
+    return first, offset - (total - total[first])
 
 
 def _wait_positions(rows: I64, waits: dict[int, list[int]], dropped: frozenset[int]) -> dict[int, list[int]]:
