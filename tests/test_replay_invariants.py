@@ -128,15 +128,19 @@ def test_event_wait_on_work_queued_before_the_window() -> None:
 
 def test_idle_claim_capped_by_the_unprofiled_step() -> None:
     """p12_decode_after_stack (a CUDA-graph decode loop with stacks on): idle-gap claimed 9.9 ms of
-    idle over 2 steps whose predicted unprofiled step is 6.3 ms with 5.4 ms of GPU work each: more
-    idle than the steps can hold. The claim is now at most 2 x (6.3 - 5.4) ms."""
+    idle over 2 steps whose predicted unprofiled step was 6.3 ms with 5.4 ms of GPU work each: more
+    idle than the steps can hold. The claim is at most 2 x (predicted step - GPU work). Since a
+    graph's nodes run closer together without the profiler (scenarios.GRAPH_NODE_PROFILER_NS) the
+    predicted step is 5.78 ms, 1.7% under the 5.88 ms measured, and the cap under 1 ms."""
     rep = _report(FIXTURE_TRACES / "p12_decode_after_stack.json.gz")
     st = rep.traces[0].step_time
     assert st is not None and st.unprofiled_step_us is not None
+    measured = json.loads((FIXTURE_TRACES.parent / "pairs12.json").read_text())["pairs"]["decode"]["after_step_us"]
+    assert abs(st.unprofiled_step_us - measured["median"]) <= 0.03 * measured["median"]
     cap = 2 * (st.unprofiled_step_us - st.gpu_busy_per_step_us)
     idle = [f for f in rep.findings if f.rule == "idle-gap"]
     assert all(f.impact is not None and f.impact.time_us <= cap + 0.01 for f in idle)  # µs rounded to the ns
-    assert 1_000 < cap < 3_000
+    assert 300 < cap < 1_500
 
 
 # -- batch-size: the scenario and the rule on the GPT pair ----------------------------------------
