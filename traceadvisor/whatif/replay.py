@@ -27,7 +27,7 @@ indexing costs more than the arithmetic): ~1 µs per record.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -673,7 +673,7 @@ def _loop(
         per_pass_removed = window.removed_per_pass(thread_pid_tid)
         step_of = window.step_of(trace, rows, lrow).tolist()
 
-    def run(items: list[tuple[int, int]], p: int, off: int, rec: _Shifts, step_gpu_end: list[int] | None) -> None:
+    def run(items: Iterable[tuple[int, int]], p: int, off: int, rec: _Shifts, step_gpu_end: list[int] | None) -> None:
         own_end: dict[int, int] = {}  # a blocking call's own copies' replayed end
         own_meas: dict[int, int] = {}
         for kind, i in items:
@@ -747,10 +747,10 @@ def _loop(
             shift[th] = replayed_end - c1
             rec.add(thread_pid_tid[th], m1, replayed_end - c1)
 
-    order = list(zip(ev_kind[sched].tolist(), ev_idx[sched].tolist(), strict=True))
-    if window is None:
-        run(order, 0, 0, shifts, None)
+    if window is None:  # one pass: the schedule streamed, not held as a list (a 1 GB trace: 400k events)
+        run(zip(ev_kind[sched].tolist(), ev_idx[sched].tolist(), strict=True), 0, 0, shifts, None)
     else:
+        order = list(zip(ev_kind[sched].tolist(), ev_idx[sched].tolist(), strict=True))
         t_sorted = ev_t[sched]
         w0 = int(np.searchsorted(t_sorted, window.start_ns, side="left"))
         w1 = int(np.searchsorted(t_sorted, window.end_ns, side="left"))
