@@ -208,10 +208,9 @@ class _Window:
         if not n or n >= STEADY_STEPS or not trace.device_ids:
             return None
         cs, ce = t["cpu_start_ns"].tolist(), t["cpu_end_ns"].tolist()
-        names = t["name"].tolist()
+        threads = list(step_threads(trace))
         if n > STEADY_FROM_STEP:  # the first step is not the loop's (``STEADY_STEPS``)
-            cs, ce, names = cs[STEADY_FROM_STEP:], ce[STEADY_FROM_STEP:], names[STEADY_FROM_STEP:]
-        threads = [_step_thread(trace, str(name), int(c)) for name, c in zip(names, cs, strict=True)]
+            cs, ce, threads = cs[STEADY_FROM_STEP:], ce[STEADY_FROM_STEP:], threads[STEADY_FROM_STEP:]
         w = cls(int(cs[0]), int(ce[-1]), 1 + LATER_PASSES, threads, [int(x) for x in cs], [int(x) for x in ce], removed)
         if w.span_ns <= 0:
             return None
@@ -263,13 +262,19 @@ class _Window:
         return (self.ends[-1][-1] - prev) / len(self.cpu_end_ns)
 
 
-def _step_thread(trace: Trace, name: str, cpu_start_ns: int) -> tuple[int, int]:
-    """The host thread that recorded a step's annotation ((-1, -1) when none matches)."""
+@memoised
+def step_threads(trace: Trace) -> tuple[tuple[int, int], ...]:
+    """Each step's host thread (pid, tid): the one whose ProfilerStep annotation opened it
+    ((-1, -1) where none matches)."""
+    t = trace.steps.table
     ann = trace.annotations
-    hit = np.flatnonzero((ann["name"].astype(str).to_numpy() == name) & (ann["ts_ns"].to_numpy() == cpu_start_ns))
-    if not len(hit):
-        return (-1, -1)
-    return (int(ann["pid"].to_numpy()[hit[0]]), int(ann["tid"].to_numpy()[hit[0]]))
+    names, ts = ann["name"].astype(str).to_numpy(), ann["ts_ns"].to_numpy()
+    pid, tid = ann["pid"].to_numpy(), ann["tid"].to_numpy()
+    out = []
+    for name, cs in zip(t["name"].tolist(), t["cpu_start_ns"].tolist(), strict=True):
+        hit = np.flatnonzero((names == name) & (ts == cs))
+        out.append((int(pid[hit[0]]), int(tid[hit[0]])) if len(hit) else (-1, -1))
+    return tuple(out)
 
 
 @memoised
@@ -856,26 +861,21 @@ def _steps(
     t = trace.steps.table
     if not len(t) or not trace.device_ids:
         return ()
-    ann = trace.annotations
-    ann_names = ann["name"].astype(str).to_numpy()
-    ann_ts = ann["ts_ns"].to_numpy()
-    ann_thread = list(zip(ann["pid"].tolist(), ann["tid"].tolist(), strict=True))
+    threads = step_threads(trace)
     gpu, rt = trace.gpu, trace.runtime
     dev = trace.device_ids[0]
     launch = gpu["launch"].to_numpy()
     g = np.flatnonzero((gpu["device"].to_numpy() == dev) & (launch >= 0))
     launch_ts = rt["ts_ns"].to_numpy()[launch[g]]
     out: list[StepReplay] = []
-    for step, name, cs, ce, ge in zip(
+    for step, th, cs, ce, ge in zip(
         t["step"].tolist(),
-        t["name"].tolist(),
+        threads,
         t["cpu_start_ns"].tolist(),
         t["cpu_end_ns"].tolist(),
         t["gpu_end_ns"].tolist(),
         strict=True,
     ):
-        hit = np.flatnonzero((ann_names == name) & (ann_ts == cs))
-        th = ann_thread[int(hit[0])] if len(hit) else (-1, -1)
         key = (th[0] << 32) + (th[1] & 0xFFFFFFFF)
         gone = removed.removed(key, np.array([cs, ce], dtype=np.int64)).tolist() if removed else [0, 0]
         rs, re_ = cs - gone[0] + shifts.at(th, cs), ce - gone[1] + shifts.at(th, ce)
