@@ -124,8 +124,9 @@ class Replay:
     steps: tuple[StepReplay, ...]
     # per gpu row, where the release delay kept as an external wait began (-1: none; ``_kept_delays``)
     external_from_ns: I64 | None = None
-    # the loop's steady-state step time (ns): the window's steps replayed again and again from the
-    # state the previous pass left (``steady`` replays only; None otherwise or without steps)
+    # the loop's steady-state step time (ns): the window's steps after the first replayed once more
+    # from the state the first pass left (``_Window``; None for the measured replay, a window of
+    # ``STEADY_STEPS`` or more, or no steps)
     period_ns: float | None = None
 
     @property
