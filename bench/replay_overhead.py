@@ -50,8 +50,10 @@ def _timed_analyze(trace: Path) -> float:
     return time.perf_counter() - t0
 
 
-def _measured_steps(trace: Trace, start: Any, end: Any, shifts: Any, removed: Any) -> tuple[StepReplay, ...]:
-    """Each step as measured (the stand-in for ``replay._steps``)."""
+def _measured_steps(
+    trace: Trace, start: Any, end: Any, shifts: Any, removed: Any, external: Any = None
+) -> tuple[StepReplay, ...]:
+    """Each step as measured (the stand-in for ``replay._steps``, whatever it is passed)."""
     t = trace.steps.table
     out = []
     for step, cs, ce, ge in zip(t["step"], t["cpu_start_ns"], t["cpu_end_ns"], t["gpu_end_ns"], strict=True):
