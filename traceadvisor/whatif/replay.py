@@ -686,30 +686,22 @@ def _loop(
             if kind == 0:
                 k = key_l[i]
                 f = first_l[i]
+                q = last[k]
                 if f != i:  # a later node of a graph launch: where the graph put it, after its first node
                     s0 = new_start[f] + offset_l[i]
-                    q = last[k]
-                    if q >= 0 and new_end[q] > s0:
-                        s0 = new_end[q]
-                    e0 = s0 + dur_l[i]
-                    new_start[i], new_end[i] = s0, e0
-                    last[k], last_off[k] = i, off
-                    if step_gpu_end is not None and step_of[i] >= 0 and e0 > step_gpu_end[step_of[i]]:
-                        step_gpu_end[step_of[i]] = e0
-                    continue
-                th = thread_of[i]
-                ready = ref_l[i] + off - removed_ref[i] - p * per_pass_removed[th] + shift[th]
-                # work queued before the trace holds only the first pass (a later pass is a later step)
-                if p == 0 and floor_l[i] > ready:
-                    ready = floor_l[i]
-                q = last[k]
-                if q >= 0 and new_end[q] > ready:
-                    ready = new_end[q]
-                if i in wait_pos:
-                    for j in wait_pos[i]:
-                        if new_end[j] > ready:
-                            ready = new_end[j]
-                s0 = ready + delay_l[i]
+                else:
+                    th = thread_of[i]
+                    ready = ref_l[i] + off - removed_ref[i] - p * per_pass_removed[th] + shift[th]
+                    # work queued before the trace holds only the first pass (a later pass is a later step)
+                    if p == 0 and floor_l[i] > ready:
+                        ready = floor_l[i]
+                    if q >= 0 and new_end[q] > ready:
+                        ready = new_end[q]
+                    if i in wait_pos:
+                        for j in wait_pos[i]:
+                            if new_end[j] > ready:
+                                ready = new_end[j]
+                    s0 = ready + delay_l[i]
                 # A stream runs its work in order, whatever the release delay says: a launch call that
                 # returned after its kernel had started (the launch queue full: the call waits for room)
                 # measures a negative delay from its end, which would start the record before the one
@@ -721,7 +713,7 @@ def _loop(
                 last[k], last_off[k] = i, off
                 if step_gpu_end is not None and step_of[i] >= 0 and e0 > step_gpu_end[step_of[i]]:
                     step_gpu_end[step_of[i]] = e0
-                if own[i]:
+                if f == i and own[i]:  # (a graph's nodes are launched by no blocking call)
                     lr = lrow_l[i]
                     own_end[lr] = max(own_end.get(lr, e0), e0)
                     own_meas[lr] = max(own_meas.get(lr, 0), meas_end[i] + off)
