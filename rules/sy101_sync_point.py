@@ -24,6 +24,7 @@ from traceadvisor.rules_api import (
     busy_in_windows,
     evidence_of,
     fmt_ns,
+    gpu_power_state,
     idle_of,
     in_steps,
     per_step,
@@ -220,7 +221,9 @@ def _message(
 
 def _power_note(trace: Trace, replayed: Saving) -> str:
     """Where the fix leaves the step GPU-bound: the share of the saving a GPU at its power limit
-    keeps (``POWER_CAPPED_SHARE``); empty otherwise, or without steps."""
+    keeps (``POWER_CAPPED_SHARE``), said outright when capture recorded the GPU at its limit as the
+    window ended (the trace's ``gpu_power``: capture/gpu_power.py), as a condition when the trace
+    does not say; empty when the GPU was below its limit, otherwise, or without steps."""
     steps = steps_on_gpu(trace)
     if replayed.refused or not len(steps) or replayed.saving_ns <= 0 or not len(trace.kernels):
         return ""
@@ -229,12 +232,26 @@ def _power_note(trace: Trace, replayed: Saving) -> str:
     per_step_busy = float(busy.mean())
     if per_step_busy <= 0 or replayed.after_ns > GPU_BOUND_AFTER * per_step_busy:
         return ""
+    state = gpu_power_state(trace)
+    if state is not None and not state.get("power_capped"):
+        return ""
     lo, hi = POWER_CAPPED_SHARE
+    expect = f"expect {fmt_ns(lo * replayed.saving_ns)} to {fmt_ns(hi * replayed.saving_ns)}"
+    why = (
+        "a GPU that idles less runs its kernels slower there "
+        "(44-72% of the idle was saved on three H200 loops at the limit)"
+    )
+    if state is not None:
+        drawn = ""
+        if isinstance(state.get("power_w"), int | float) and isinstance(state.get("power_limit_w"), int | float):
+            drawn = f", {state['power_w']:.0f} of {state['power_limit_w']:.0f} W"
+        return (
+            f" Without these waits the GPU is busy through the step, and it ran at its power limit when the "
+            f"window ended (NVML{drawn}): {expect}: {why}."
+        )
     return (
         f" Without these waits the GPU is busy through the step. If it runs at its power limit "
-        f"(nvidia-smi -q -d PERFORMANCE: SW Power Cap active), expect {fmt_ns(lo * replayed.saving_ns)} to "
-        f"{fmt_ns(hi * replayed.saving_ns)}: a GPU that idles less runs its kernels slower there "
-        f"(44-72% of the idle was saved on three H200 loops at the limit)."
+        f"(nvidia-smi -q -d PERFORMANCE: SW Power Cap active), {expect}: {why}."
     )
 
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu_segments  # noqa: E402
-import host_phases  # noqa: E402
+import sync_host_phases  # noqa: E402
 
 PROBE = ROOT / "fixtures" / "host_phase_probe" / "run_a"
 SEGMENTS = ROOT / "fixtures" / "gpu_segment_probe" / "run_a" / "segments.json"
@@ -52,7 +52,7 @@ def stack_traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_every_active_step_has_its_five_clock_reads(stack_traces: dict[str, Path], name: str) -> None:
     """The probe's marks are found in its stack traces: one step per active step of the window
     (10 active, the last one's prof.step() ends the window) and in the order they were read."""
-    steps = host_phases.marks_of(json.loads(gzip.decompress(stack_traces[name].read_bytes())))
+    steps = sync_host_phases.marks_of(json.loads(gzip.decompress(stack_traces[name].read_bytes())))
     assert len(steps) >= 9
     for s in steps:
         assert s["top"] < s["first"] < s["item"] < s["ret"] < s["stepped"]
@@ -64,9 +64,9 @@ def test_prof_step_is_taken_out_whole(stack_traces: dict[str, Path], name: str) 
     there, the stack trace holds 66-130 µs of it after every `.item()`, and the unprofiled replay
     keeps at most a few µs (the clock reads around it)."""
     trace = load_file(stack_traces[name])
-    steps = host_phases.marks_of(json.loads(gzip.decompress(stack_traces[name].read_bytes())))
+    steps = sync_host_phases.marks_of(json.loads(gzip.decompress(stack_traces[name].read_bytes())))
     f = trace.frames
-    mine = f[f["name"].astype(str) == host_phases.MARK]
+    mine = f[f["name"].astype(str) == sync_host_phases.MARK]
     thread = int(thread_key(mine["pid"].to_numpy()[:1], mine["tid"].to_numpy()[:1])[0])
     removed = unprofiled_overrides(trace).host_removed
     profiled, left = [], []

@@ -84,7 +84,7 @@ from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.alignment import unaligned_products
 from traceadvisor.whatif.fusion import fusible_kernels, fusion_chains
 from traceadvisor.whatif.precision import layout_transposes, matrix_kernels, nhwc_batch_norm_ns
-from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
+from traceadvisor.whatif.profiler_cost import gpu_power_state, measured_unprofiled_ns
 from traceadvisor.whatif.replay import Overrides
 from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
 from traceadvisor.whatif.scenarios import runs_compiled
@@ -136,6 +136,7 @@ __all__ = [
     "fmt_us",
     "fusible_kernels",
     "fusion_chains",
+    "gpu_power_state",
     "idle_attribution",
     "idle_of",
     "in_steps",

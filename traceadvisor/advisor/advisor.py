@@ -30,6 +30,7 @@ from traceadvisor.advisor.report import AdvisorReport
 from traceadvisor.advisor.sinks import ConsoleSink, TensorBoardSink
 from traceadvisor.capture import cupti
 from traceadvisor.capture.export import export_chrome_json
+from traceadvisor.capture.gpu_power import PowerRecorder
 from traceadvisor.capture.runinfo import trace_path
 from traceadvisor.capture.sync_sites import SyncSiteRecorder, profiler_recording
 from traceadvisor.capture.unprofiled import UnprofiledSteps, now_ns, profiler_off, recorded_steps
@@ -198,6 +199,7 @@ class Advisor:
         # The Python line of each blocking sync in the recorded steps (GPU only; docs/capture.md),
         # told the steps as the unprofiled times are.
         self.sync_sites = SyncSiteRecorder("advisor")
+        self.power = PowerRecorder("advisor")  # the GPU's power state as each window ends
         atexit.register(self._at_exit)
 
     # -- the on_trace_ready entry point ---------------------------------------------------------
@@ -230,7 +232,7 @@ class Advisor:
             step = getattr(prof, "step_num", None)
             job = _Job(next(_job_ids), self.cycles, rank, step, trace, raw, self.keep_traces, export_s)
             steps = recorded_steps(prof)
-            job.head = {**self.unprofiled.key(steps), **self.sync_sites.key(steps)}
+            job.head = {**self.unprofiled.key(steps), **self.sync_sites.key(steps), **self.power.key(steps)}
             self._submit(job, analyze=self.analyze)
         except OSError as exc:
             logger.warning(

@@ -68,6 +68,17 @@ def _sync_site_records(session: CaptureSession) -> AbstractContextManager[Any]:
 
 extra_contexts.append(_sync_site_records)
 
+
+def _power_records(session: CaptureSession) -> AbstractContextManager[Any]:
+    # Every trace written on a GPU carries the GPU's power state when its window ended (NVML): a GPU
+    # at its power limit keeps only part of the idle a fix removes (capture/gpu_power.py).
+    from traceadvisor.capture import gpu_power
+
+    return gpu_power.capture_context(session)
+
+
+extra_contexts.append(_power_records)
+
 # zlib's default level: within ~10% of the smallest size at a third of level 9's time. The write runs
 # inside the prof.step() that closes the window, so it stalls that one training step.
 _GZIP_LEVEL = 6

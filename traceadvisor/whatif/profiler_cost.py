@@ -443,6 +443,17 @@ def measured_unprofiled_ns(trace: Trace) -> float | None:
     return statistics.median(values) * 1e3 if values else None
 
 
+def gpu_power_state(trace: Trace) -> dict[str, Any] | None:
+    """The GPU's power state capture or the advisor read from NVML as the trace's window ended (the
+    ``"traceadvisor"`` key's ``gpu_power``: capture/gpu_power.py), or None when the trace does not
+    carry one (a malformed record counts as none)."""
+    key = trace.meta.traceadvisor
+    state = key.get("gpu_power") if isinstance(key, Mapping) else None
+    if not isinstance(state, Mapping) or not isinstance(state.get("power_capped"), bool):
+        return None
+    return dict(state)
+
+
 # The source a step time given on the command line is stored under (``traces[].measured_unprofiled_
 # step_us.source``), where capture writes "capture" and the advisor "advisor".
 GIVEN_STEP_SOURCE = "--step-time"

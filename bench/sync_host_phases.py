@@ -1,7 +1,7 @@
 """The unprofiled replay's host time after each `.item()`, phase by phase, against the same phases
 timed without the profiler (fixtures/host_phase_probe/).
 
-    python bench/host_phases.py [--probe fixtures/host_phase_probe/run_a]
+    python bench/sync_host_phases.py [--probe fixtures/host_phase_probe/run_a]
 
 The probe's loops read ``time.perf_counter_ns()`` at five points of each step (``top``, ``first``,
 ``item``, ``ret``, ``stepped``: fixtures/host_phase_probe.py); in its stack traces each read is a
