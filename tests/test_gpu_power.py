@@ -101,3 +101,18 @@ def test_a_host_bound_loop_gets_no_power_note(tmp_path: Path) -> None:
         body = gzip.decompress(member.read())
     finding = _sy101(_trace(tmp_path, body, CAPPED, "host.json.gz"))
     assert "power limit" not in finding.message
+
+
+def test_a_capture_at_the_power_limit_carries_its_record_to_the_finding() -> None:
+    """The product end to end on the GPU (fixtures/traces/capture_power_capped_loop.json.gz: a
+    GPU-bound `.item()` loop under `traceadvisor capture` on an H200 at its limit): capture stored
+    NVML's reading with the trace, and sync-point, at the exact line of the `.item()`, gives the
+    share outright."""
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "capture_power_capped_loop.json.gz"
+    finding = _sy101(path)
+    assert finding.location is not None and (finding.location.file, finding.location.line) == ("gpu_loop.py", 11)
+    assert "it ran at its power limit when the window ended (NVML, 661 of 700 W)" in finding.message
+    lo, hi = _range_us(finding.message)
+    saving_us = finding.impact.saving_per_step_us
+    assert saving_us is not None and lo == pytest.approx(0.44 * saving_us, rel=1e-3)
+    assert hi == pytest.approx(0.72 * saving_us, rel=1e-3)
