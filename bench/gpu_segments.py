@@ -30,7 +30,9 @@ from traceadvisor.whatif.savings import scenario_saving  # noqa: E402
 
 SEGMENTS = ROOT / "fixtures" / "gpu_segment_probe" / "run_a" / "segments.json"
 TRACES = ROOT / "fixtures" / "host_phase_probe" / "run_a" / "traces.tar"
-HEAD = ("top", "linear0")  # the tail up to the step's top, and the lead-in to the first Linear's end
+HEAD = ("top", "linear0")
+# less idle than this per step on the before side: both sides wait for the host
+HOST_BOUND_IDLE_US = 10.0  # the tail up to the step's top, and the lead-in to the first Linear's end
 
 
 def decompose(summary: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -87,9 +89,13 @@ def main() -> int:
                 path.write_bytes(io.BytesIO(member.read()).getvalue())
                 idle, step, saving = replayed_idle_us(path)
                 cells = f"{idle:11.1f} {saving:13.1f} {saving / step * 100:5.2f}"
+            # a host-bound loop idles on neither side: its body's difference is the host's, not the kernels'
+            bound = d["idle_us"] >= HOST_BOUND_IDLE_US
+            share = f"{d['give_back_share']:6.2f}" if bound else f"{'-':>6s}"
+            faster = f"{d['kernel_speedup_pct']:13.2f}%" if bound else f"{'(host-bound)':>14s}"
             print(
-                f"{name:14s} {d['idle_us']:8.1f} {d['give_back_us']:12.1f} {d['give_back_share']:6.2f} "
-                f"{d['kernel_speedup_pct']:13.2f}% {d['saving_us']:9.1f} {d['saving_pct']:8.2f} | {cells}"
+                f"{name:14s} {d['idle_us']:8.1f} {d['give_back_us']:12.1f} {share} "
+                f"{faster} {d['saving_us']:9.1f} {d['saving_pct']:8.2f} | {cells}"
             )
     return 0
 
