@@ -43,6 +43,7 @@ USER_FILES = (
     "capture_pairs.py",
     "capture_sync_sites.py",
     "cpu_slow_getitem.py",
+    "gpu_loop.py",  # fixtures/capture_power_capped_loop.py, run as /tmp/gpu_loop.py
     "gpu_workloads.py",
     "train_ddp.py",
     "moca/",
@@ -125,7 +126,10 @@ def test_findings_on_real_traces_point_at_user_files() -> None:
     by_trace = {(Path(f.trace).name, f.code): f.location for f in located}
     # GK101 used to name traceadvisor/workloads/mlp_train.py: now the script that ran it.
     assert by_trace[("workload_mlp_train.json.gz", "GK101")] == Location(
-        "gpu_workloads.py", 102, "run_one", line_kind="trace_start"
+        "gpu_workloads.py",
+        102,
+        "run_one",
+        line_kind="trace_start",
     )
     # SY101 used to name transformers/modeling_attn_mask_utils.py: now the harness's call.
     assert by_trace[("gaunernst_bert-small-uncased__1016001.json.gz", "SY101")] == Location(
@@ -220,3 +224,16 @@ def test_location_words_and_round_trip() -> None:
         assert Finding.from_dict(json.loads(json.dumps(f.to_dict()))) == f and problem_with(f) is None
     bad = Finding("X1", "x", Severity.low, "m", "r", location=Location("t.py", 1, "f", line_kind="approximate"))
     assert problem_with(bad) is not None and "line_kind" in str(problem_with(bad))
+
+
+def test_traceadvisors_own_source_checkout_is_library_code() -> None:
+    """Run in place from a checkout (``python -m traceadvisor capture`` on the H200), capture's own
+    frames carry an absolute path outside any site-packages: still traceadvisor's, never the
+    user's; a user's project folder that is merely named traceadvisor stays the user's."""
+    from traceadvisor.trace.source import is_library_file
+
+    assert is_library_file("/work/main/traceadvisor/capture/command.py")
+    assert is_library_file("/srv/x/traceadvisor/__main__.py")
+    assert not is_library_file("/home/u/traceadvisor/train.py")
+    loc = _trace(FIXTURE_TRACES / "capture_power_capped_loop.json.gz").frame_locations
+    assert set(loc.loc[loc["is_user"], "file"]) == {"gpu_loop.py"}

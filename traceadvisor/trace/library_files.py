@@ -4,8 +4,10 @@ capture's sync-site hook can ask it inside the user's process without importing 
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
+from pathlib import Path
 
 # Installed libraries a training or inference program calls, by top-level import name. A relative
 # frame path starting with one of them is that library's file (the profiler stripped the
@@ -63,7 +65,25 @@ def is_library_file(path: str) -> bool:
         return True
     if len(segments) >= 2 and segments[-2] == "bin" and segments[-1].removesuffix(".py") in CONSOLE_SCRIPTS:
         return True
+    if _in_own_source_tree(tuple(segments)):
+        return True
     if p.startswith("/"):
         return False  # an absolute path outside those folders: the user's
     first = segments[0].removesuffix(".py")
     return first in LIBRARY_PACKAGES or first in STDLIB_MODULES
+
+
+# traceadvisor's own package folder: a source checkout run in place (``python -m traceadvisor
+# capture`` from the repository) puts its frames at an absolute path outside any site-packages
+# (fixtures/traces/capture_power_capped_loop.json.gz: /work/main/traceadvisor/capture/command.py).
+_OWN_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_own_source_tree(segments: tuple[str, ...]) -> bool:
+    """Whether the path is a file of traceadvisor's own package: a ``traceadvisor`` segment whose
+    tail names a file this package has (so a user's project folder named traceadvisor is not)."""
+    for i, s in enumerate(segments[:-1]):
+        if s == "traceadvisor" and (_OWN_PACKAGE / "/".join(segments[i + 1 :])).is_file():
+            return True
+    return False
