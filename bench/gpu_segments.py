@@ -12,7 +12,6 @@ replay's predicted idle and no-sync saving per step.
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 import tarfile
@@ -86,7 +85,7 @@ def main() -> int:
                 member = None
             if member is not None and name != "item_host":
                 path = Path(tmp) / f"{name}_stack.json.gz"
-                path.write_bytes(io.BytesIO(member.read()).getvalue())
+                path.write_bytes(member.read())
                 idle, step, saving = replayed_idle_us(path)
                 cells = f"{idle:11.1f} {saving:13.1f} {saving / step * 100:5.2f}"
             # a host-bound loop idles on neither side: its body's difference is the host's, not the kernels'

@@ -20,6 +20,7 @@ import json
 import statistics
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def main() -> int:
     args = ap.parse_args()
     doc = json.loads((args.probe / "host_phases.json").read_text())
     print(f"{'pair':14s} {'phase':10s} {'unprofiled':>10s} {'stack timed':>11s} {'in trace':>9s} {'replay':>8s}  µs")
-    with tarfile.open(args.probe / "traces.tar") as tar:
+    with tarfile.open(args.probe / "traces.tar") as tar, tempfile.TemporaryDirectory() as tmp:
         for name, p in doc["pairs"].items():
             try:
                 raw = tar.extractfile(f"{name}_stack.json.gz")
@@ -88,7 +89,7 @@ def main() -> int:
             assert raw is not None
             data = raw.read()
             trace_doc = json.loads(gzip.decompress(data))
-            path = Path(f"/tmp/{name}_stack.json.gz")
+            path = Path(tmp) / f"{name}_stack.json.gz"
             path.write_bytes(data)
             trace = load_file(path)
             steps = marks_of(trace_doc)

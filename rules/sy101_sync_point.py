@@ -74,6 +74,9 @@ GPU_BOUND_AFTER = 1.05
 # (fixtures/gpu_segment_probe/, CUDA events per step segment, no profiler; the replay's idle was
 # within 15% of the measured one: tests/test_gpu_probes.py). The replay keeps each kernel's
 # duration, so on such a GPU its saving is the idle's: the finding says what share to expect.
+# Not a validated constant: the span is read off all three probe loops, two of which (item_gpu,
+# item_gpu_deep) are validation pairs of the no-sync saving; it is a range the message shows, the
+# saving is not scaled by it, and it is to be re-derived on fit pairs only (docs/whatif.md).
 POWER_CAPPED_SHARE = (0.44, 0.72)
 
 
