@@ -232,7 +232,7 @@ def test_traceadvisors_own_source_checkout_is_library_code() -> None:
     user's; a user's project folder that is merely named traceadvisor stays the user's."""
     from traceadvisor.trace.source import is_library_file
 
-    assert is_library_file("/work/main/traceadvisor/capture/command.py")
+    assert is_library_file("/opt/checkout/traceadvisor/capture/command.py")
     assert is_library_file("/srv/x/traceadvisor/__main__.py")
     assert not is_library_file("/home/u/traceadvisor/train.py")
     loc = _trace(FIXTURE_TRACES / "capture_power_capped_loop.json.gz").frame_locations

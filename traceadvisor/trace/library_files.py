@@ -75,7 +75,7 @@ def is_library_file(path: str) -> bool:
 
 # traceadvisor's own package folder: a source checkout run in place (``python -m traceadvisor
 # capture`` from the repository) puts its frames at an absolute path outside any site-packages
-# (fixtures/traces/capture_power_capped_loop.json.gz: /work/main/traceadvisor/capture/command.py).
+# (fixtures/traces/capture_power_capped_loop.json.gz: <checkout>/traceadvisor/capture/command.py).
 _OWN_PACKAGE = Path(__file__).resolve().parent.parent
 
 
