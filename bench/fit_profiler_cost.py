@@ -287,6 +287,14 @@ def main() -> int:
         help="a pairs file (repeatable; its traces in the traces/ folder beside it); default: runs 14-16, "
         "the first timed with CUPTI detached after each capture (fixtures/traces/PROVENANCE.md)",
     )
+    ap.add_argument(
+        "--tie",
+        action="append",
+        default=[],
+        metavar="KIND=OTHER",
+        help="fit KIND at OTHER's cost (repeatable), e.g. python_builtin=python: a built-in call's record "
+        "costs what a Python frame's does (fixtures/host_phase_probe/: 0.8-1.0 µs a frame either way)",
+    )
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--reference", choices=("adjacent", "pair"), default="adjacent")
     ap.add_argument(
@@ -296,6 +304,11 @@ def main() -> int:
         help="the interleaved microbenchmark (fixtures/profiler_cost_bench.py) that fixes the runtime-call cost",
     )
     args = ap.parse_args()
+    for tie in args.tie:
+        kind, _, other = tie.partition("=")
+        if kind not in KINDS or other not in KINDS:
+            ap.error(f"--tie {tie}: kinds are {', '.join(KINDS)}")
+        TIED[kind] = other
     files = args.pairs or DEFAULT_PAIRS
     docs = [json.loads(f.read_text()) for f in files]
     rows = [r for f, d in zip(files, docs, strict=True) for r in traces_of(d, "fit", args.reference, traces_dir(f))]
