@@ -10,6 +10,7 @@ import pandas as pd
 
 from traceadvisor.rules_api import (
     BLOCKING_CALLS,
+    POWER_KEPT_SPAN_MEASURED,
     Capability,
     ClaimedIdle,
     Finding,
@@ -29,6 +30,8 @@ from traceadvisor.rules_api import (
     in_steps,
     per_step,
     plural,
+    power_capped_unprofiled,
+    power_give_back,
     replay_basis,
     saving_of,
     share_of_steps_text,
@@ -69,15 +72,12 @@ BASIS = "the blocking syncs in the steps no longer wait (the GPU work they waite
 # the idle the syncs left was all the slack there was.
 GPU_BOUND_AFTER = 1.05
 # What a GPU held at its power limit gives back of the idle a sync leaves, as faster kernels on
-# the side that idles: on three GPU-bound H200 training loops at the 700 W limit, the before side's
-# kernels ran 1.3-2.7% faster than the after side's, so the measured saving was 44-72% of the idle
-# (fixtures/gpu_segment_probe/, CUDA events per step segment, no profiler; the replay's idle was
-# within 15% of the measured one: tests/test_gpu_probes.py). The replay keeps each kernel's
-# duration, so on such a GPU its saving is the idle's: the finding says what share to expect.
-# Not a validated constant: the span is read off all three probe loops, two of which (item_gpu,
-# item_gpu_deep) are validation pairs of the no-sync saving; it is a range the message shows, the
-# saving is not scaled by it, and it is to be re-derived on fit pairs only (docs/whatif.md).
-POWER_CAPPED_SHARE = (0.44, 0.72)
+# the side that idles, is rules_api.power_give_back's (whatif/power_limit.py): a line in how far
+# below its top clock the program ran unprofiled, fitted on two fit loops and inside its band on
+# three of four validation loops (fixtures/gpu_segment_probe/, ``python bench/power_give_back.py``).
+# Where the trace does not say that clock, the message gives the span measured on all six loops
+# (rules_api.POWER_KEPT_SPAN_MEASURED: 44-99% of the replayed saving came true). The replay keeps each
+# kernel's duration, so its saving is the idle's; the saving itself is not scaled.
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,10 @@ class SyncPoint(Rule[Options]):
     them moves earlier); a sync in a GPU-bound loop, whose host is far ahead anyway, saves little
     however long it blocks. Where the fix leaves the step GPU-bound, the message adds what a GPU
     held at its power limit keeps of the saving: there the kernels run slower once the GPU idles
-    less (measured on three H200 loops at the 700 W limit: 44-72% of the idle saved). The single
+    less, the more the further below its top clock the program runs (six H200 loops at the 700 W
+    limit: 1-15% of the idle given back at 1,860-1,980 MHz, 28-56% at 1,650-1,725). With the clock
+    capture reads without the profiler, the message gives the share at that clock; without it, the
+    measured span (44-99% of the idle saved). The single
     `cudaDeviceSynchronize` the profiler adds after the last step, and non-blocking
     `cudaEventQuery`, are not counted. With `with_stack` the finding
     names the Python function that synchronized (the trace gives only its first line); a trace
@@ -224,9 +227,10 @@ def _message(
 
 def _power_note(trace: Trace, replayed: Saving) -> str:
     """Where the fix leaves the step GPU-bound: the share of the saving a GPU at its power limit
-    keeps (``POWER_CAPPED_SHARE``), said outright when capture recorded the GPU at its limit as the
-    window ended (the trace's ``gpu_power``: capture/gpu_power.py), as a condition when the trace
-    does not say; empty when the GPU was below its limit, otherwise, or without steps."""
+    keeps. From the clock the program ran at unprofiled where capture read it (the trace's
+    ``gpu_power.unprofiled``: capture/gpu_power.py), said outright; the measured span where the
+    trace has only the profiled window's reading, or none (then as a condition); empty where the GPU
+    was below its limit, where at its clock nothing comes back, otherwise, or without steps."""
     steps = steps_on_gpu(trace)
     if replayed.refused or not len(steps) or replayed.saving_ns <= 0 or not len(trace.kernels):
         return ""
@@ -236,13 +240,35 @@ def _power_note(trace: Trace, replayed: Saving) -> str:
     if per_step_busy <= 0 or replayed.after_ns > GPU_BOUND_AFTER * per_step_busy:
         return ""
     state = gpu_power_state(trace)
-    if state is not None and not state.get("power_capped"):
+    capped_unprofiled = power_capped_unprofiled(state)
+    if capped_unprofiled is False or (
+        capped_unprofiled is None and state is not None and not state.get("power_capped")
+    ):
         return ""
-    lo, hi = POWER_CAPPED_SHARE
+    given = power_give_back(state)
+    if given is not None:
+        if given.share <= 0:
+            return ""  # near its top clock the GPU gives (almost) nothing back: the replayed saving stands
+        unprofiled = state.get("unprofiled", {}) if state is not None else {}
+        drawn = ""
+        if isinstance(unprofiled.get("power_w"), int | float) and isinstance(
+            unprofiled.get("power_limit_w"), int | float
+        ):
+            drawn = f", {unprofiled['power_w']:.0f} of {unprofiled['power_limit_w']:.0f} W"
+        lo_ns, hi_ns = given.expected_ns(replayed.saving_ns)
+        return (
+            f" Without these waits the GPU is busy through the step, and without the profiler it ran at its "
+            f"power limit (NVML: SM clock {given.clock_mhz:.0f} of {given.top_clock_mhz:.0f} MHz{drawn}): a GPU "
+            f"that idles less runs its kernels slower there, giving back {given.low * 100:.0f}-{given.high * 100:.0f}% "
+            f"of the idle at that clock; with the replay's own error on such loops, expect {fmt_ns(lo_ns)} to "
+            f"{fmt_ns(hi_ns)}."
+        )
+
+    lo, hi = POWER_KEPT_SPAN_MEASURED
     expect = f"expect {fmt_ns(lo * replayed.saving_ns)} to {fmt_ns(hi * replayed.saving_ns)}"
     why = (
-        "a GPU that idles less runs its kernels slower there "
-        "(44-72% of the idle was saved on three H200 loops at the limit)"
+        "a GPU that idles less runs its kernels slower there, the more the further below its top clock it runs "
+        f"({lo * 100:.0f}-{hi * 100:.0f}% of the idle was saved on six H200 loops at the limit)"
     )
     if state is not None:
         drawn = ""

@@ -83,6 +83,9 @@ from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.alignment import unaligned_products
 from traceadvisor.whatif.fusion import fusible_kernels, fusion_chains
+from traceadvisor.whatif.power_limit import KEPT_SPAN_MEASURED as POWER_KEPT_SPAN_MEASURED
+from traceadvisor.whatif.power_limit import give_back as power_give_back
+from traceadvisor.whatif.power_limit import unprofiled_capped as power_capped_unprofiled
 from traceadvisor.whatif.precision import layout_transposes, matrix_kernels, nhwc_batch_norm_ns
 from traceadvisor.whatif.profiler_cost import gpu_power_state, measured_unprofiled_ns
 from traceadvisor.whatif.replay import Overrides
@@ -100,6 +103,7 @@ __all__ = [
     "PINNED_GBPS_PCIE4",
     "PINNED_GBPS_PCIE5",
     "PINNED_MEASURED_FACTOR",
+    "POWER_KEPT_SPAN_MEASURED",
     "PROFILER_EVENT_COST_NS",
     "PROFILER_EVENT_US",
     "Capability",
@@ -155,6 +159,8 @@ __all__ = [
     "per_step",
     "pinned_rate",
     "plural",
+    "power_capped_unprofiled",
+    "power_give_back",
     "predicted_step_ns",
     "profiler_ns_in_spans",
     "recoverable_ns",

@@ -199,7 +199,8 @@ class Advisor:
         # The Python line of each blocking sync in the recorded steps (GPU only; docs/capture.md),
         # told the steps as the unprofiled times are.
         self.sync_sites = SyncSiteRecorder("advisor")
-        self.power = PowerRecorder("advisor")  # the GPU's power state as each window ends
+        # the GPU's power state as the profiler turns on (the program unprofiled) and as each window ends
+        self.power = PowerRecorder("advisor")
         atexit.register(self._at_exit)
 
     # -- the on_trace_ready entry point ---------------------------------------------------------
@@ -495,6 +496,7 @@ class Advisor:
             result = original(*args, **kwargs)
             advisor = me()
             if advisor is not None and not advisor.closed:
+                advisor.power.boundary(off, profiler_off(prof))  # reads NVML where the profiler turns on
                 advisor.record_syncs(prof, getattr(prof, "step_num", -1))
                 advisor.poll()
                 advisor.unprofiled.boundary(number, off, started, now_ns())

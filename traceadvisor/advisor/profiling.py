@@ -122,6 +122,7 @@ class AdvisedProfile:
                 self._exit_profiler()
         self._step_num = self.profiler.step_num if self._profiling else self._step_num + 1
         self.steps += 1
+        self.advisor.power.boundary(off, not self._profiling or profiler_off(self.profiler))
         self.advisor.record_syncs(self.profiler if self._profiling else None, self._step_num)
         self.advisor.poll()
         # After poll(): a report's callbacks are the advisor's time, not the program's step.

@@ -17,6 +17,11 @@ Hook points for other capture features (for example recording Triton launches):
   begins (e.g. to do something during the recorded steps only); one that raises becomes a warning.
 - ``session.trace_key_parts``: callbacks ``(steps) -> dict`` whose items are added to the top-level
   ``"traceadvisor"`` key of the trace recording ``steps`` (written with the trace, in one write).
+- ``session.boundary_listeners``: callbacks ``(was_off, now_off) -> None`` run inside each step
+  boundary the profiler's schedule takes, before the boundary's end is read: whether the step that
+  ended and the one that begins run without the profiler. Their time is the boundary's, which no
+  unprofiled step is charged (e.g. to read the GPU's state where the profiler turns on); one that
+  raises becomes a warning.
 """
 
 from __future__ import annotations
@@ -128,6 +133,7 @@ class CaptureSession:
         self.trace_listeners: list[Callable[[CaptureSession, TraceFile], None]] = []
         self.step_listeners: list[Callable[[CaptureSession], None]] = []
         self.trace_key_parts: list[Callable[[list[int]], dict[str, Any]]] = []
+        self.boundary_listeners: list[Callable[[bool, bool], None]] = []
         self._prof: Any = None
         self._window_prof: Any = None
         self._window: TimeWindow | None = None
@@ -292,6 +298,7 @@ class CaptureSession:
             last_window_done = self._schedule_done()
             if last_window_done:
                 self._stand_down()
+            self._tell_boundary(unprofiled)
             self.unprofiled.boundary(step, unprofiled, started, now_ns())
             if last_window_done and self.clock.source is StepSource.optimizer:
                 self.unprofiled.forget_boundary()  # see _count_step
@@ -364,6 +371,17 @@ class CaptureSession:
             except Exception as exc:
                 self.step_listeners.remove(listener)
                 self.warn(f"step listener {getattr(listener, '__qualname__', listener)} failed: {_one_line(exc)}")
+
+    def _tell_boundary(self, was_off: bool) -> None:
+        """Tell the boundary listeners whether the step that ended and the one that begins ran
+        without the profiler (after ``prof.step()``: its action is the new step's)."""
+        now_off = self._prof_ended or self._windows_over or self._step_unprofiled()
+        for listener in list(self.boundary_listeners):
+            try:
+                listener(was_off, now_off)
+            except Exception as exc:
+                self.boundary_listeners.remove(listener)
+                self.warn(f"boundary listener {getattr(listener, '__qualname__', listener)} failed: {_one_line(exc)}")
 
     def _marker(self) -> None:
         if threading.get_ident() == self._thread:

@@ -154,12 +154,13 @@ LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cu
 # fewer launches than this say too little about the host's speed. The median of 25 launch calls
 # drawn from a trace's own (their IQR 20-40% of the median) is within 3-8% of the trace's median
 # (bootstrap standard error on storm, sdpa, item_gpu_short and item_gpu_short_wide), well inside
-# the 20-50% the host's speed drifts between captures seconds apart. It was 100 until run 28: item_gpu_short_wide's before traces have
-# 99 launches (speed taken as 1.0) where its after traces, 102, read 1.5; at 25 the only other traces
-# that change are sdpa's (fit, 66 launches: one more fit step within 10%, run 16), and the validation
-# half goes from 116/62/79 to 117/63/80 (steps within 10%, savings within 20%, savings right;
-# ``python bench/pairs_validation.py --all-runs``; calibrated unchanged). Graph-launched and copy-only
-# traces (0-15 launches) still read no speed.
+# the 20-50% the host's speed drifts between captures seconds apart. It was 100 until run 28:
+# item_gpu_short_wide's before traces have 99 launches (speed taken as 1.0) where its after
+# traces, 102, read 1.5; at 25 the only other traces that change are sdpa's (fit, 66 launches:
+# one more fit step within 10%, run 16), and the validation half goes from 116/62/79 to 117/63/80
+# (steps within 10%, savings within 20%, savings right; ``python bench/pairs_validation.py
+# --all-runs``; calibrated unchanged). Graph-launched and copy-only traces (0-15 launches) still
+# read no speed.
 MIN_LAUNCHES = 25
 # a factor outside this range is another kind of machine (or runtime), not the same host's speed
 HOST_SPEED_RANGE = (0.5, 2.0)
