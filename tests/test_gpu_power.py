@@ -304,3 +304,28 @@ def test_the_in_loop_advisor_stores_the_unprofiled_reading_with_its_trace(
         power = json.load(fh)["traceadvisor"]["gpu_power"]
     assert power["source"] == "advisor"
     assert power["unprofiled"]["sm_clock_mhz"] == 1601.0 and power["sm_clock_mhz"] == 1602.0
+
+
+def test_a_capture_with_the_unprofiled_reading_gives_the_range_at_its_clock() -> None:
+    """The product end to end on an H200 (fixtures/traces/capture_power_unprofiled_loop.json.gz:
+    the same loop under capture with the unprofiled reading): NVML read the GPU at its limit both
+    times, the profiled window 165 MHz above the unprofiled loop, and sync-point gives the range at
+    the unprofiled clock, at the exact line of the `.item()`."""
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "capture_power_unprofiled_loop.json.gz"
+    with gzip.open(path, "rt") as fh:
+        power = json.load(fh)["traceadvisor"]["gpu_power"]
+    unprofiled = power["unprofiled"]
+    assert power["power_capped"] and unprofiled["power_capped"]
+    assert unprofiled["max_sm_clock_mhz"] == power["max_sm_clock_mhz"] == 1980.0
+    assert unprofiled["sm_clock_mhz"] == 1710.0 and power["sm_clock_mhz"] == 1875.0
+    finding = _sy101(path)
+    assert finding.location is not None and (finding.location.file, finding.location.line) == ("gpu_loop.py", 11)
+    assert "without the profiler it ran at its power limit (NVML: SM clock 1710 of 1980 MHz, 693 of 700 W)" in (
+        finding.message
+    )
+    given = power_limit.give_back(power)
+    assert given is not None
+    lo, hi = _range_us(finding.message)
+    saving_us = finding.impact.saving_per_step_us
+    assert saving_us is not None
+    assert (lo, hi) == pytest.approx(tuple(x / 1e3 for x in given.expected_ns(saving_us * 1e3)), rel=1e-3)
