@@ -15,8 +15,8 @@ item_gpu_short_wide   1,980 MHz (no cap)    0.01       validation
 item_gpu_short_deep   1,965 MHz             0.06       validation
 item_gpu_short        1,860 MHz             0.04-0.15  fit
 item_gpu_deep         1,725 MHz             0.28       validation
-item_gpu              ~1,690 MHz            0.56       validation
-item_gpu_wide         1,680 MHz             0.38-0.45  fit
+item_gpu              ~1,660 MHz            0.56       validation
+item_gpu_wide         1,650-1,680 MHz       0.38-0.45  fit
 ===================== ===================== ========== =====
 
 The model is a line in the clock's deficit ``d = 1 - clock / top clock`` through the two fit loops
