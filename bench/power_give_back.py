@@ -28,11 +28,16 @@ import json
 import re
 import statistics
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpu_segments import TRACES, replayed_idle_us  # noqa: E402
+
+from traceadvisor.capture.gpu_power import POWER_REASONS  # noqa: E402
 from traceadvisor.whatif import power_limit  # noqa: E402
 
 PROBE = ROOT / "fixtures" / "gpu_segment_probe"
@@ -84,14 +89,8 @@ def busy_clock(run: str, pair: str) -> tuple[float, bool] | None:
     states = [s for s in ((p or {}).get("gpu_state") or {}).get("before", []) if s and "clock_event_reasons" in s]
     if not states:
         return None
-    capped = [bool(int(s["clock_event_reasons"]) & power_limit_reason_bits()) for s in states]
+    capped = [bool(int(s["clock_event_reasons"]) & POWER_REASONS) for s in states]
     return statistics.median(s["sm_clock_mhz"] for s in states), sum(capped) * 2 > len(capped)
-
-
-def power_limit_reason_bits() -> int:
-    from traceadvisor.capture.gpu_power import POWER_REASONS
-
-    return POWER_REASONS
 
 
 def clock_over_runs(pair: str) -> tuple[float, bool] | None:
@@ -138,12 +137,6 @@ def probe_savings(run: str) -> dict[str, float]:
 
 def replayed_saving_us(run: str, name: str) -> float | None:
     """The replay's no-sync saving per step on the loop's own stack traces (median over captures)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import tarfile
-    import tempfile
-
-    from gpu_segments import TRACES, replayed_idle_us
-
     if run == "run_a":
         with tarfile.open(TRACES) as tar, tempfile.TemporaryDirectory() as tmp:
             member = tar.extractfile(f"{name}_stack.json.gz")
@@ -201,11 +194,9 @@ def main() -> int:
             if clock is None:
                 continue
             mhz, capped = clock
-            if capped:
-                share = power_limit.give_back_share(1.0 - mhz / f["top_clock_mhz"])
-            else:
-                share = 0.0  # below the limit: nothing to give back
-            lo, hi = max(share - power_limit.GIVE_BACK_SPREAD, 0.0), share + power_limit.GIVE_BACK_SPREAD
+            # below the limit nothing is given back: the clock is the top's for the model
+            given = power_limit.at_clock(mhz if capped else f["top_clock_mhz"], f["top_clock_mhz"])
+            share, lo, hi = given.share, given.low, given.high
             split = "fit" if name in FIT else "validation"
             ok = lo - 1e-9 <= measured <= hi + 1e-9
             if split == "validation":
@@ -226,14 +217,8 @@ def main() -> int:
             replayed = replayed_saving_us(run, name)
             if clock is None or replayed is None:
                 continue
-            share = power_limit.give_back_share(1.0 - clock[0] / f["top_clock_mhz"]) if clock[1] else 0.0
-            given = power_limit.GiveBack(
-                share,
-                max(share - power_limit.GIVE_BACK_SPREAD, 0.0),
-                min(share + power_limit.GIVE_BACK_SPREAD, 1.0),
-                clock[0],
-                f["top_clock_mhz"],
-            )
+            # below the limit nothing is given back: the clock is the top's for the model
+            given = power_limit.at_clock(clock[0] if clock[1] else f["top_clock_mhz"], f["top_clock_mhz"])
             lo, hi = given.expected_ns(replayed)
             ok = lo <= measured[name] <= hi
             print(

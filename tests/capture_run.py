@@ -8,6 +8,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+# A small CPU training script (``python train.py N``: N optimizer steps) that writes its argv, path
+# and module name to the file ``$PROBE`` names, for the capture tests to check how it was run.
+TRAIN = """
+import json, os, sys
+import torch
+from torch import nn
+
+record = {"argv": sys.argv, "path0": sys.path[0], "file": __file__, "name": __name__}
+with open(os.environ["PROBE"], "w") as fh:
+    json.dump(record, fh)
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = torch.randn(8, 16), torch.randn(8, 4)
+for i in range(int(sys.argv[1])):
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+"""
+
 
 def run_capture(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m traceadvisor capture ARGS`` in ``cwd``, output captured, with this process's

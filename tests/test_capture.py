@@ -29,24 +29,7 @@ pytest.importorskip("torch")
 # A small schedule: step 0 skipped, one warm-up step, then the active steps.
 SMALL = ["--skip-first", "1", "--warmup", "1", "--active", "2"]
 
-TRAIN = """
-import json, os, sys
-import torch
-from torch import nn
-
-record = {"argv": sys.argv, "path0": sys.path[0], "file": __file__, "name": __name__}
-with open(os.environ["PROBE"], "w") as fh:
-    json.dump(record, fh)
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-x, y = torch.randn(8, 16), torch.randn(8, 4)
-for i in range(int(sys.argv[1])):
-    opt.zero_grad()
-    loss = ((model(x) - y) ** 2).mean()
-    loss.backward()
-    opt.step()
-"""
+TRAIN = capture_run.TRAIN
 
 
 def run_capture(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import capture_run
 import pytest
 
 from traceadvisor.capture.gpu_power import PowerRecorder, interpret, read_power_state
@@ -125,8 +126,8 @@ def test_with_the_unprofiled_clock_the_note_gives_the_share_at_that_clock(
         body = gzip.decompress(member.read())
     finding = _sy101(_trace(tmp_path, body, _with_unprofiled(clock), f"{loop}.json.gz"))
     assert f"without the profiler it ran at its power limit (NVML: SM clock {clock:.0f} of 1980 MHz" in finding.message
-    given = power_limit.give_back_share(1.0 - clock / 1980.0)
-    low, high = max(given - power_limit.GIVE_BACK_SPREAD, 0.0), given + power_limit.GIVE_BACK_SPREAD
+    model = power_limit.at_clock(clock, 1980.0)
+    low, high = model.low, model.high
     assert f"giving back {low * 100:.0f}-{high * 100:.0f}% of the idle" in finding.message
     lo, hi = _range_us(finding.message)
     saving_us = finding.impact.saving_per_step_us
@@ -198,28 +199,19 @@ finally:
     Path("seen.json").write_text(json.dumps(seen))
 """
 
-TRAIN = """
-import sys
-import torch
-from torch import nn
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-x, y = torch.randn(8, 16), torch.randn(8, 4)
-for i in range(int(sys.argv[1])):
-    opt.zero_grad()
-    nn.functional.mse_loss(model(x), y).backward()
-    opt.step()
-"""
-
 
 def test_capture_reads_the_unprofiled_state_as_each_window_starts(tmp_path: Path) -> None:
     """A real capture (torch on the CPU, NVML's reading replaced by a counter): the listeners see
     each window's off-to-on boundary once, and each trace carries the reading taken there."""
-    (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
+    (tmp_path / "train.py").write_text(textwrap.dedent(capture_run.TRAIN))
     (tmp_path / "driver.py").write_text(textwrap.dedent(BOUNDARIES))
     proc = subprocess.run(
-        [sys.executable, "driver.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=dict(os.environ)
+        [sys.executable, "driver.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PROBE": str(tmp_path / "probe.json")},
     )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads((tmp_path / "seen.json").read_text())

@@ -66,9 +66,8 @@ def test_the_validation_loops_against_the_line(run: str, loop: str, inside: bool
     clock = (power_give_back.busy_clock(same, loop) if same else None) or power_give_back.clock_over_runs(loop)
     assert clock is not None
     mhz, capped = clock
-    share = power_limit.give_back_share(1.0 - mhz / 1980.0) if capped else 0.0
-    lo, hi = max(share - power_limit.GIVE_BACK_SPREAD, 0.0), share + power_limit.GIVE_BACK_SPREAD
-    assert (lo - 1e-9 <= measured <= hi + 1e-9) is inside, (loop, mhz, capped, measured, share)
+    given = power_limit.at_clock(mhz if capped else 1980.0, 1980.0)  # below the limit: nothing back
+    assert (given.low - 1e-9 <= measured <= given.high + 1e-9) is inside, (loop, mhz, capped, measured, given)
 
 
 def test_give_back_reads_only_the_unprofiled_reading() -> None:

@@ -92,14 +92,18 @@ def give_back(state: Mapping[str, Any] | None) -> GiveBack | None:
     top = _number(before.get("max_sm_clock_mhz")) or _number(state.get("max_sm_clock_mhz"))
     if clock is None or top is None:
         return None
-    d = max(1.0 - clock / top, 0.0)
-    share = give_back_share(d)
+    return at_clock(clock, top)
+
+
+def at_clock(clock_mhz: float, top_clock_mhz: float) -> GiveBack:
+    """The model's give-back, with its band, for a GPU at its power limit at ``clock_mhz``."""
+    share = give_back_share(max(1.0 - clock_mhz / top_clock_mhz, 0.0))
     return GiveBack(
         share=share,
         low=max(share - GIVE_BACK_SPREAD, 0.0),
         high=min(share + GIVE_BACK_SPREAD, 1.0),
-        clock_mhz=clock,
-        top_clock_mhz=top,
+        clock_mhz=clock_mhz,
+        top_clock_mhz=top_clock_mhz,
     )
 
 

@@ -153,7 +153,8 @@ def _bundled() -> ProfilerCost:
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 # fewer launches than this say too little about the host's speed. The median of 25 launch calls
 # drawn from a trace's own (their IQR 20-40% of the median) is within 3-8% of the trace's median
-# (bootstrap standard error on storm, sdpa, item_gpu_short and item_gpu_short_wide), well inside
+# (bootstrap standard error on storm, sdpa, item_gpu_short and item_gpu_short_wide: python
+# bench/launch_sample_error.py), well inside
 # the 20-50% the host's speed drifts between captures seconds apart. It was 100 until run 28:
 # item_gpu_short_wide's before traces have 99 launches (speed taken as 1.0) where its after
 # traces, 102, read 1.5; at 25 the only other traces that change are sdpa's (fit, 66 launches:
