@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from traceadvisor.capture.gpu_power import POWER_REASONS, interpret  # noqa: E402
 from traceadvisor.trace.load import load_file  # noqa: E402
 from traceadvisor.whatif.profiler_cost import give_step_time, unprofiled_replay  # noqa: E402
 from traceadvisor.whatif.refused import Refused  # noqa: E402
@@ -113,6 +115,48 @@ def err_pct(pred: float, meas: float) -> float:
     return (pred - meas) / meas * 100.0 if meas else math.nan
 
 
+def top_sm_clock_mhz(run: Path) -> float | None:
+    """The GPU's top SM clock from the run's ``nvidia-smi -q`` (its *Max Clocks* section), None
+    without it."""
+    path = run / "nvidia_smi.txt"
+    if not path.exists():
+        return None
+    m = re.search(r"Max Clocks\s*\n(?:\s+\w+\s*:.*\n)*?\s+SM\s*:\s*(\d+) MHz", path.read_text())
+    return float(m.group(1)) if m else None
+
+
+def capture_power(rec: dict[str, Any], rounds: list[Any], top_mhz: float | None) -> dict[str, Any] | None:
+    """The ``gpu_power`` record traceadvisor capture writes (capture/gpu_power.py), from
+    capture_pairs' NVML readings: the record itself from ``after_window`` (read as the window
+    ended), and the ``unprofiled`` reading from the side's interleaved rounds (read after each
+    round, unprofiled): their median clock and power, capped where most rounds were, as capture's
+    median of NVML's clock samples over the unprofiled steps before the window. One reading at the
+    window's start (``before_window``) is too noisy for the give-back model: the limiter swings the
+    clock by 150-250 MHz within a loop (item_gpu_short 1,740-1,860 MHz before its three windows,
+    its rounds' median 1,860). None where the readings lack a field (runs before 27 recorded no
+    limit or clock event reasons)."""
+    state = rec.get("gpu_state") or {}
+    after = state.get("after_window")
+    fields = ("power_w", "power_limit_w", "sm_clock_mhz", "clock_event_reasons")
+    rounds = [r for r in rounds if isinstance(r, dict) and all(k in r for k in fields)]
+    if not isinstance(after, dict) or not all(k in after for k in fields) or not rounds or top_mhz is None:
+        return None
+
+    def record(r: dict[str, Any], capped: bool | None = None) -> dict[str, Any]:
+        out = interpret(
+            power_w=float(r["power_w"]),
+            power_limit_w=float(r["power_limit_w"]),
+            sm_clock_mhz=float(r["sm_clock_mhz"]),
+            reasons=int(r["clock_event_reasons"]),
+            max_sm_clock_mhz=top_mhz,
+        )
+        return out if capped is None else {**out, "power_capped": capped}
+
+    median = {k: float(np.median([float(r[k]) for r in rounds])) for k in fields}
+    capped = sum(bool(int(r["clock_event_reasons"]) & POWER_REASONS) for r in rounds) * 2 > len(rounds)
+    return {**record(after), "unprofiled": record(median, capped)}
+
+
 def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool | str = False) -> list[dict[str, Any]]:
     out = []
     for name, p in pairs["pairs"].items():
@@ -134,8 +178,13 @@ def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
                 give_step_time(trace, p[f"{side}_step_us"]["median"])
             elif calibrated and rec.get("adjacent_unprofiled_us"):
                 # what traceadvisor capture stores: the step times measured with the profiler off
-                # in the same process right around the window (capture_pairs' adjacent rounds)
-                trace.meta.traceadvisor = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
+                # in the same process right around the window (capture_pairs' adjacent rounds), and
+                # NVML's readings as the window started and ended (from run 20 on)
+                key: dict[str, Any] = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
+                power = capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(traces.parent))
+                if power is not None:
+                    key["gpu_power"] = power
+                trace.meta.traceadvisor = key
             pred = predicted_step_ns(trace) / 1e3
             row[f"{side}_measured_us"] = p[f"{side}_step_us"]["median"]
             row[f"{side}_adjacent_us"] = rec.get("adjacent_unprofiled_us", {}).get("median")

@@ -22,12 +22,12 @@ from traceadvisor.rules_api import (
     Severity,
     Trace,
     at_source,
-    busy_in_windows,
     evidence_of,
     fmt_ns,
     gpu_power_state,
     idle_of,
     in_steps,
+    leaves_gpu_bound,
     per_step,
     plural,
     power_capped_unprofiled,
@@ -35,7 +35,6 @@ from traceadvisor.rules_api import (
     replay_basis,
     saving_of,
     share_of_steps_text,
-    steps_on_gpu,
     sync_location,
     us,
 )
@@ -68,16 +67,14 @@ RECOMMENDATION = (
 )
 BASIS = "the blocking syncs in the steps no longer wait (the GPU work they waited for stays)"
 
-# A replayed step after the fix within this factor of the GPU's own busy time per step is GPU-bound:
-# the idle the syncs left was all the slack there was.
-GPU_BOUND_AFTER = 1.05
 # What a GPU held at its power limit gives back of the idle a sync leaves, as faster kernels on
 # the side that idles, is rules_api.power_give_back's (whatif/power_limit.py): a line in how far
 # below its top clock the program ran unprofiled, fitted on two fit loops and inside its band on
 # three of four validation loops (fixtures/gpu_segment_probe/, ``python bench/power_give_back.py``).
-# Where the trace does not say that clock, the message gives the span measured on all six loops
-# (rules_api.POWER_KEPT_SPAN_MEASURED: 44-99% of the replayed saving came true). The replay keeps each
-# kernel's duration, so its saving is the idle's; the saving itself is not scaled.
+# Where the trace holds that clock, the replayed saving already has the give-back taken off
+# (rules_api.saving_of: whatif/savings.py, ``power_limited``) and the message says so; where it
+# does not, the message gives the span measured on all six loops (rules_api.POWER_KEPT_SPAN_MEASURED:
+# 44-99% of the replayed saving came true) and the saving stays the replay's.
 
 
 @dataclass(frozen=True)
@@ -216,8 +213,7 @@ def _message(
         f"blocked {fmt_ns(int(mine['dur_ns'].sum()))} and the GPU idled {fmt_ns(idle.raw_ns)} "
         f"({share_of_steps_text(trace, idle.raw_ns)}) draining and refilling its queue around them. "
         + (
-            f"Replayed without the profiler and without these waits, the step takes {fmt_ns(replayed.saving_ns)} "
-            f"less ({replayed.share_pct:.1f}% of the {fmt_ns(replayed.before_ns)} predicted unprofiled step)."
+            _replayed_text(trace, replayed)
             if len(trace.steps.table)
             else "The trace has no steps: no step to replay, so no saving is estimated."
         )
@@ -225,19 +221,52 @@ def _message(
     )
 
 
+def _replayed_text(trace: Trace, replayed: Saving) -> str:
+    """The saving, as the replay gives it, or (at the power limit) as the replay's idle less what the
+    GPU gives back of it."""
+    share = f"{replayed.share_pct:.1f}% of the {fmt_ns(replayed.before_ns)} predicted unprofiled step"
+    given = replayed.give_back
+    if given is None:
+        return (
+            f"Replayed without the profiler and without these waits, the step takes {fmt_ns(replayed.saving_ns)} "
+            f"less ({share})."
+        )
+    state = gpu_power_state(trace) or {}
+    unprofiled = state.get("unprofiled") or {}
+    sampled = isinstance(unprofiled.get("clock_samples"), int) and "sm_clock_mhz_median" in unprofiled
+    power = unprofiled.get("power_w_median", unprofiled.get("power_w"))
+    drawn = ""
+    if isinstance(power, int | float) and isinstance(unprofiled.get("power_limit_w"), int | float):
+        drawn = f", {power:.0f} of {unprofiled['power_limit_w']:.0f} W"
+    clock = (
+        f"median SM clock {given.clock_mhz:.0f} of {given.top_clock_mhz:.0f} MHz over "
+        f"{unprofiled['clock_samples']} samples{drawn}"
+        if sampled
+        else f"SM clock {given.clock_mhz:.0f} of {given.top_clock_mhz:.0f} MHz{drawn}"
+    )
+    return (
+        f"Replayed without the profiler and without these waits, the GPU idles {fmt_ns(replayed.replayed_saving_ns)} "
+        f"less a step and is then busy through the step; without the profiler it ran at its power limit "
+        f"(NVML: {clock}), where a GPU that idles less "
+        f"runs its kernels slower: at that clock {given.share * 100:.0f}% of the idle comes back "
+        f"({given.low * 100:.0f}-{given.high * 100:.0f}%), so the step takes {fmt_ns(replayed.saving_ns)} less "
+        f"({share})."
+    )
+
+
 def _power_note(trace: Trace, replayed: Saving) -> str:
     """Where the fix leaves the step GPU-bound: the share of the saving a GPU at its power limit
-    keeps. From the clock the program ran at unprofiled where capture read it (the trace's
-    ``gpu_power.unprofiled``: capture/gpu_power.py), said outright; the measured span where the
-    trace has only the profiled window's reading, or none (then as a condition); empty where the GPU
-    was below its limit, where at its clock nothing comes back, otherwise, or without steps."""
-    steps = steps_on_gpu(trace)
-    if replayed.refused or not len(steps) or replayed.saving_ns <= 0 or not len(trace.kernels):
+    keeps. Where the saving already has the give-back taken off (the trace's ``gpu_power.unprofiled``
+    reading: capture/gpu_power.py), the range with the replay's own error on such loops; the measured
+    span where the trace has only the profiled window's reading, or none (then as a condition);
+    empty where the GPU was below its limit, where at its clock nothing comes back, otherwise, or
+    without steps."""
+    if replayed.refused or not len(trace.steps.table) or replayed.saving_ns <= 0:
         return ""
-    device = int(trace.kernels["device"].mode().iat[0])
-    busy = busy_in_windows(trace, device, steps["gpu_start_ns"].to_numpy(), steps["gpu_end_ns"].to_numpy())
-    per_step_busy = float(busy.mean())
-    if per_step_busy <= 0 or replayed.after_ns > GPU_BOUND_AFTER * per_step_busy:
+    if replayed.give_back is not None:
+        lo_ns, hi_ns = replayed.give_back.expected_ns(replayed.replayed_saving_ns)
+        return f" With the replay's own error on such loops, expect {fmt_ns(lo_ns)} to {fmt_ns(hi_ns)}."
+    if not leaves_gpu_bound(trace, replayed):
         return ""
     state = gpu_power_state(trace)
     capped_unprofiled = power_capped_unprofiled(state)
@@ -245,24 +274,8 @@ def _power_note(trace: Trace, replayed: Saving) -> str:
         capped_unprofiled is None and state is not None and not state.get("power_capped")
     ):
         return ""
-    given = power_give_back(state)
-    if given is not None:
-        if given.share <= 0:
-            return ""  # near its top clock the GPU gives (almost) nothing back: the replayed saving stands
-        unprofiled = state.get("unprofiled", {}) if state is not None else {}
-        drawn = ""
-        if isinstance(unprofiled.get("power_w"), int | float) and isinstance(
-            unprofiled.get("power_limit_w"), int | float
-        ):
-            drawn = f", {unprofiled['power_w']:.0f} of {unprofiled['power_limit_w']:.0f} W"
-        lo_ns, hi_ns = given.expected_ns(replayed.saving_ns)
-        return (
-            f" Without these waits the GPU is busy through the step, and without the profiler it ran at its "
-            f"power limit (NVML: SM clock {given.clock_mhz:.0f} of {given.top_clock_mhz:.0f} MHz{drawn}): a GPU "
-            f"that idles less runs its kernels slower there, giving back {given.low * 100:.0f}-{given.high * 100:.0f}% "
-            f"of the idle at that clock; with the replay's own error on such loops, expect {fmt_ns(lo_ns)} to "
-            f"{fmt_ns(hi_ns)}."
-        )
+    if power_give_back(state) is not None:
+        return ""  # near its top clock the GPU gives (almost) nothing back: the replayed saving stands
 
     lo, hi = POWER_KEPT_SPAN_MEASURED
     expect = f"expect {fmt_ns(lo * replayed.saving_ns)} to {fmt_ns(hi * replayed.saving_ns)}"

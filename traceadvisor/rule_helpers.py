@@ -323,11 +323,17 @@ def per_step(saving: Saving) -> tuple[str, float, float]:
 
 
 def replay_basis(saving: Saving, what: str) -> str:
-    """The impact basis of a replayed saving: what the scenario changed, and on which baseline."""
+    """The impact basis of a replayed saving: what the scenario changed, and on which baseline (and
+    what the GPU gives back of it at its power limit, where that was taken off)."""
+    given = (
+        f", less the {fmt_ns(saving.given_back_ns)} a GPU at its power limit gives back as slower kernels"
+        if saving.given_back_ns > 0
+        else ""
+    )
     return (
         f"what-if replay: {what}; predicted unprofiled step {fmt_ns(saving.before_ns)} -> "
         f"{fmt_ns(saving.before_ns - saving.saving_ns)} (the trace's dependency graph replayed "
-        "without the profiler's host cost, then with the fix)"
+        f"without the profiler's host cost, then with the fix{given})"
     )
 
 

@@ -89,7 +89,7 @@ from traceadvisor.whatif.power_limit import unprofiled_capped as power_capped_un
 from traceadvisor.whatif.precision import layout_transposes, matrix_kernels, nhwc_batch_norm_ns
 from traceadvisor.whatif.profiler_cost import gpu_power_state, measured_unprofiled_ns
 from traceadvisor.whatif.replay import Overrides
-from traceadvisor.whatif.savings import Saving, predicted_step_ns, saving_of, scenario_saving
+from traceadvisor.whatif.savings import Saving, leaves_gpu_bound, predicted_step_ns, saving_of, scenario_saving
 from traceadvisor.whatif.scenarios import runs_compiled
 
 __all__ = [
@@ -147,6 +147,7 @@ __all__ = [
     "intervals",
     "launch_location",
     "layout_transposes",
+    "leaves_gpu_bound",
     "location_of",
     "matrix_kernels",
     "measured_unprofiled_ns",

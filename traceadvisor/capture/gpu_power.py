@@ -13,7 +13,14 @@ device the program runs on (``torch.cuda._get_nvml_device_index`` maps ``CUDA_VI
 
 * ``unprofiled``: at the step boundary where the profiler turns on (the last step without it has
   ended, its first warmup step begins), so the clock and power are those of the program as it runs
-  unprofiled; read in the boundary, whose time no unprofiled step is charged (capture/unprofiled.py);
+  unprofiled; read in the boundary, whose time no unprofiled step is charged (capture/unprofiled.py).
+  One reading is not enough there: the power limiter swings the clock by 150-250 MHz within a
+  loop (item_gpu_short read 1,740-1,860 MHz before its three windows of run 28, its rounds'
+  median 1,860), which moves the give-back model's share by up to 0.4. So the reading also holds
+  the median of the SM clock and power the driver sampled over the unprofiled stretch before the
+  window (``nvmlDeviceGetSamples``: one call returns the driver's buffer of samples, no polling),
+  and the share of that stretch the power limit held the clocks down (``nvmlDeviceGetViolationStatus``
+  for the power policy, read at both ends of the stretch);
 * the record itself: when the window's last step ends and the trace is written (``key``: inside
   the ``prof.step()`` that exports, so no timed step pays for it). The profiler's host time idles the
   GPU more, so this clock runs higher than the unprofiled one (1,830-1,965 MHz against 1,650-1,860
@@ -27,6 +34,9 @@ Without NVML, without CUDA, or when NVML refuses, nothing is stored and nothing 
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,6 +46,11 @@ KEY = "gpu_power"
 SW_POWER_CAP = 0x4
 HW_POWER_BRAKE = 0x80
 POWER_REASONS = SW_POWER_CAP | HW_POWER_BRAKE
+# nvmlSamplingType_t (nvml.h): the processor (SM) clock's samples, MHz, and the board's power, mW
+PROCESSOR_CLK_SAMPLES = 5
+TOTAL_POWER_SAMPLES = 0
+# nvmlPerfPolicyType_t: NVML_PERF_POLICY_POWER, the time the clocks were held down by the power limit
+PERF_POLICY_POWER = 0
 
 
 def interpret(
@@ -58,15 +73,10 @@ def read_power_state() -> dict[str, Any] | None:
     """NVML's reading of the current CUDA device now, or None where it cannot be read."""
     try:
         import pynvml
-        import torch
 
-        if not torch.cuda.is_available():
+        handle = _nvml_handle()
+        if handle is None:
             return None
-        device = torch.cuda.current_device()
-        index_of = getattr(torch.cuda, "_get_nvml_device_index", None)
-        index = int(index_of(device)) if callable(index_of) else int(device)
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         # renamed in NVML 12.x; the old name stays in older nvidia-ml-py releases
         reasons_of = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
         if reasons_of is None:
@@ -82,22 +92,121 @@ def read_power_state() -> dict[str, Any] | None:
         return None
 
 
+def _nvml_handle() -> Any:
+    """pynvml's handle of the current CUDA device, or None without CUDA."""
+    import pynvml
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    index_of = getattr(torch.cuda, "_get_nvml_device_index", None)
+    index = int(index_of(device)) if callable(index_of) else int(device)
+    pynvml.nvmlInit()
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def _sample_values(handle: Any, kind: int, over_s: float) -> list[float]:
+    """The values the driver sampled of ``kind`` in the last ``over_s`` seconds (by the newest
+    sample's time stamp, so no clock base is assumed)."""
+    import pynvml
+
+    value_type, samples = pynvml.nvmlDeviceGetSamples(handle, kind, 0)
+    field = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal"}.get(int(value_type), "uiVal")
+    if not samples:
+        return []
+    newest = max(int(x.timeStamp) for x in samples)
+    return [float(getattr(x.sampleValue, field)) for x in samples if int(x.timeStamp) >= newest - over_s * 1e6]
+
+
+def read_clock_samples(over_s: float) -> dict[str, Any] | None:
+    """The median SM clock (MHz) and power (W) NVML's driver sampled over the last ``over_s``
+    seconds, with their counts; None where NVML cannot give them."""
+    try:
+        handle = _nvml_handle()
+        if handle is None:
+            return None
+        clocks = _sample_values(handle, PROCESSOR_CLK_SAMPLES, over_s)
+        out: dict[str, Any] = {}
+        if clocks:
+            out |= {"sm_clock_mhz_median": statistics.median(clocks), "clock_samples": len(clocks)}
+        try:
+            power = _sample_values(handle, TOTAL_POWER_SAMPLES, over_s)
+        except Exception:  # the power samples are optional: the clock's stand
+            power = []
+        if power:
+            out |= {"power_w_median": statistics.median(power) / 1000.0, "power_samples": len(power)}
+        return out or None
+    except Exception:  # an old driver, NVML_ERROR_NOT_FOUND (no samples yet): the point reading stands
+        return None
+
+
+def read_power_violation() -> tuple[float, float] | None:
+    """NVML's power-policy violation counter now: (reference time in µs, time in ns the power limit
+    has held the clocks down); None where NVML cannot give it."""
+    try:
+        import pynvml
+
+        handle = _nvml_handle()
+        if handle is None:
+            return None
+        v = pynvml.nvmlDeviceGetViolationStatus(handle, PERF_POLICY_POWER)
+        return float(v.referenceTime), float(v.violationTime)
+    except Exception:
+        return None
+
+
+def capped_share(start: tuple[float, float] | None, end: tuple[float, float] | None) -> float | None:
+    """The share of the time between two violation readings that the power limit held the clocks
+    down (0-1), None without both or where the reference time did not advance."""
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    return min(max((end[1] - start[1]) / ((end[0] - start[0]) * 1e3), 0.0), 1.0)
+
+
 class PowerRecorder:
     """Reads the power state as the profiler turns on (``boundary``) and each time a trace is
-    written (``key``); the records also go to ``run.json``."""
+    written (``key``); the records also go to ``run.json``. The reading where the profiler turns on
+    also holds what NVML sampled over the unprofiled stretch before it (from the first boundary the
+    recorder saw without the profiler, or the last window's end): the median clock and power and the
+    share of the stretch the power limit held the clocks down."""
 
-    def __init__(self, source: str, read: Any = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        read: Any = None,
+        samples: Callable[[float], dict[str, Any] | None] | None = None,
+        violation: Callable[[], tuple[float, float] | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.source = source
         self.readings: list[dict[str, Any]] = []
         self._read = read or read_power_state
+        self._samples = samples or read_clock_samples
+        self._violation = violation or read_power_violation
+        self._clock = clock
         self._unprofiled: dict[str, Any] | None = None
+        # the unprofiled stretch being timed: when it began, and the violation counter then
+        self._stretch: tuple[float, tuple[float, float] | None] | None = None
 
     def boundary(self, was_off: bool, now_off: bool) -> None:
         """A step boundary: the step that ended ran without the profiler (``was_off``), the one that
         begins runs with it or not (``now_off``). Where the profiler turns on, read the state the
         program ran at unprofiled, for the next trace written."""
+        if now_off and self._stretch is None:
+            self._stretch = (self._clock(), self._violation())
         if was_off and not now_off:
-            self._unprofiled = self._read()
+            state = self._read()
+            if state is not None and self._stretch is not None:
+                began, violation = self._stretch
+                sampled = self._samples(max(self._clock() - began, 0.0))
+                if sampled:
+                    state = {**state, **sampled}
+                share = capped_share(violation, self._violation())
+                if share is not None:
+                    state = {**state, "power_capped_share": share}
+            self._unprofiled = state
+            self._stretch = None
 
     def key(self, steps: list[int]) -> dict[str, Any]:
         """``{"gpu_power": ...}`` for a trace being written now, or ``{}`` without a reading."""

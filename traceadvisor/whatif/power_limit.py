@@ -79,16 +79,39 @@ def _number(x: object) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x > 0 else None
 
 
+# Where the unprofiled stretch's violation counter is read (capture/gpu_power.py,
+# ``power_capped_share``), the GPU counts as at its limit when the limit held its clocks for most of
+# the stretch; a loop on the cap's edge (item_gpu_short_deep: capped on some rounds, 1,905-1,965
+# MHz) gives little back either way (the model's share at its clock is ~0).
+CAPPED_SHARE = 0.5
+
+
+def _capped(reading: Mapping[str, Any]) -> bool | None:
+    """Whether a reading says the GPU ran at its power limit: the stretch's share held by the limit
+    where it was read, else the reading's clock event reasons; None where neither is there."""
+    share = reading.get("power_capped_share")
+    if isinstance(share, int | float) and not isinstance(share, bool):
+        return float(share) >= CAPPED_SHARE
+    capped = reading.get("power_capped")
+    return capped if isinstance(capped, bool) else None
+
+
+def unprofiled_clock_mhz(reading: Mapping[str, Any]) -> float | None:
+    """The clock the program ran at unprofiled: the median of the driver's samples over the stretch
+    before the window where capture read them, else the one reading at the window's start."""
+    return _number(reading.get("sm_clock_mhz_median")) or _number(reading.get("sm_clock_mhz"))
+
+
 def give_back(state: Mapping[str, Any] | None) -> GiveBack | None:
     """The give-back for a trace's ``gpu_power`` record, from its ``unprofiled`` reading (the clock
-    the program ran at without the profiler, as the window started); None where the record has no
-    such reading, the reading lacks a clock or the top clock, or the GPU was not at its limit then."""
+    the program ran at without the profiler before the window); None where the record has no such
+    reading, the reading lacks a clock or the top clock, or the GPU was not at its limit then."""
     if not isinstance(state, Mapping):
         return None
     before = state.get("unprofiled")
-    if not isinstance(before, Mapping) or before.get("power_capped") is not True:
+    if not isinstance(before, Mapping) or _capped(before) is not True:
         return None
-    clock = _number(before.get("sm_clock_mhz"))
+    clock = unprofiled_clock_mhz(before)
     top = _number(before.get("max_sm_clock_mhz")) or _number(state.get("max_sm_clock_mhz"))
     if clock is None or top is None:
         return None
@@ -113,6 +136,4 @@ def unprofiled_capped(state: Mapping[str, Any] | None) -> bool | None:
     if not isinstance(state, Mapping):
         return None
     before = state.get("unprofiled")
-    if not isinstance(before, Mapping) or not isinstance(before.get("power_capped"), bool):
-        return None
-    return bool(before["power_capped"])
+    return _capped(before) if isinstance(before, Mapping) else None

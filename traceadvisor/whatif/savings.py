@@ -6,16 +6,23 @@ scenario (``scenarios.SCENARIOS``: a change of the dependency graph, ``replay.Ov
 on top of that baseline, and the saving is the difference of the two replays' step times (the
 spacing of step ends: ``scenarios.step_time_ns``). A fix off the critical path moves no step end
 and saves nothing; a saving can never exceed the step.
+
+A fix that only removes idle (no GPU record's duration changes) and leaves the step GPU-bound, on a
+GPU that ran at its power limit without the profiler (the trace's ``gpu_power.unprofiled``
+reading, capture/gpu_power.py), saves less than the idle: there the kernels slow down once the GPU
+idles less (whatif/power_limit.py). The after step then carries that give-back (``given_back_ns``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from traceadvisor.analyses.cache import memoised
+from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif.profiler_cost import unprofiled_overrides, unprofiled_replay
+from traceadvisor.whatif.power_limit import GiveBack, give_back
+from traceadvisor.whatif.profiler_cost import gpu_power_state, unprofiled_overrides, unprofiled_replay
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, replay
 from traceadvisor.whatif.scenarios import SCENARIOS, combine, step_time_ns
@@ -30,6 +37,15 @@ class Saving:
     after_ns: float
     changed: int = 0
     refused: str | None = None
+    # the part of the replayed (idle) saving a GPU at its power limit gives back as slower kernels,
+    # already in ``after_ns`` (0 where it does not apply: ``power_limited``), and the model's reading
+    given_back_ns: float = 0.0
+    give_back: GiveBack | None = None
+
+    @property
+    def replayed_saving_ns(self) -> float:
+        """The saving the replay alone gives (the removed idle), before any give-back."""
+        return self.saving_ns + self.given_back_ns if self.saving_ns > 0 else 0.0
 
     @property
     def saving_ns(self) -> float:
@@ -61,12 +77,56 @@ def with_profiler_removed(trace: Trace, ov: Overrides) -> Overrides:
 
 
 def saving_of(trace: Trace, name: str, ov: Overrides) -> Saving:
-    """The saving of an arbitrary graph change ``ov`` (named ``name``) on the unprofiled baseline."""
+    """The saving of an arbitrary graph change ``ov`` (named ``name``) on the unprofiled baseline,
+    less what a GPU at its power limit gives back of it (``power_limited``)."""
     before = predicted_step_ns(trace)
     after = step_time_ns(replay(trace, with_profiler_removed(trace, ov)))
     changed = len(ov.gpu_dur_ns) + len(ov.no_wait) + len(ov.no_event_wait) + len(ov.host_dur_ns)
     changed += len(ov.host_removed.regions) + len(ov.gpu_delay_ns)
-    return Saving(name, before, after, changed)
+    return power_limited(trace, ov, Saving(name, before, after, changed))
+
+
+# A replayed step after the fix within this factor of the GPU's own busy time per step is GPU-bound:
+# the idle the fix removed was all the slack there was, so the GPU now runs through the step.
+GPU_BOUND_AFTER = 1.05
+
+
+@memoised
+def busy_per_step_ns(trace: Trace) -> float:
+    """The GPU's busy time per profiled step with a GPU window (kernels, copies and memsets merged
+    over the streams of the device most kernels ran on), ns; 0 without such steps."""
+    steps = trace.steps.table
+    steps = steps[steps["gpu_start_ns"] >= 0]
+    if not len(steps) or not len(trace.kernels):
+        return 0.0
+    device = int(trace.kernels["device"].mode().iat[0])
+    bs, be = trace.busy_intervals(device)
+    busy = intervals.covered(bs, be, steps["gpu_start_ns"].to_numpy(), steps["gpu_end_ns"].to_numpy())
+    return float(busy.mean())
+
+
+def leaves_gpu_bound(trace: Trace, saving: Saving) -> bool:
+    """Whether the step after the fix is GPU-bound: its replayed time within ``GPU_BOUND_AFTER`` of
+    the GPU's busy time per step."""
+    busy = busy_per_step_ns(trace) * with_profiler_removed(trace, Overrides()).kernel_scale
+    return busy > 0 and saving.after_ns - saving.given_back_ns <= GPU_BOUND_AFTER * busy
+
+
+def power_limited(trace: Trace, ov: Overrides, saving: Saving) -> Saving:
+    """``saving`` less what the GPU gives back of it at its power limit: where the fix changes no GPU
+    record's duration (its saving is removed idle), leaves the step GPU-bound, and the trace says the
+    GPU ran capped without the profiler at a clock the model places (``power_limit.give_back``).
+    The GPU then draws more energy per step and, held at the limit, runs every kernel slower: the
+    share the model gives of the idle comes back on the step. Measured on six H200 ``.item()`` loops
+    (fixtures/gpu_segment_probe/, ``python bench/power_give_back.py``); a fix that changes kernels
+    also changes the energy per step, which the model does not cover, so it keeps its replay."""
+    if saving.refused or saving.saving_ns <= 0 or ov.gpu_dur_ns or ov.kernel_scale != 1.0:
+        return saving
+    given = give_back(gpu_power_state(trace))
+    if given is None or given.share <= 0 or not leaves_gpu_bound(trace, saving):
+        return saving
+    back = given.share * saving.saving_ns
+    return replace(saving, after_ns=saving.after_ns + back, given_back_ns=back, give_back=given)
 
 
 @memoised
