@@ -44,8 +44,10 @@ PROBE = ROOT / "fixtures" / "gpu_segment_probe"
 RUNS = ROOT / "fixtures" / "pairs12_runs"
 FIT = ("item_gpu_wide", "item_gpu_short")
 # the pairs run captured on each probe run's machine (run_b came right after run 28, on its machine)
-SAME_MACHINE = {"run_b": "run_28"}
+SAME_MACHINE = {"run_b": "run_28", "run_c": "run_29"}
 FIT_PROBE = "run_b"
+# every probe run; run_c (run 29's machine, 2026-12-03) came after the fit and checks it
+PROBE_RUNS = ("run_a", "run_b", "run_c")
 
 
 def share_of(differences: list[float]) -> float | None:
@@ -93,8 +95,13 @@ def busy_clock(run: str, pair: str) -> tuple[float, bool] | None:
     return statistics.median(s["sm_clock_mhz"] for s in states), sum(capped) * 2 > len(capped)
 
 
+# run_a's machine had no pairs run of its own: its loops take the median over the runs of the same
+# days that recorded the cap (27, 28); later runs (29 on) are other machines' and check the model
+CLOCK_RUNS = ("run_27", "run_28")
+
+
 def clock_over_runs(pair: str) -> tuple[float, bool] | None:
-    rows = [c for r in sorted(RUNS.glob("run_*")) if (c := busy_clock(r.name, pair)) is not None]
+    rows = [c for r in CLOCK_RUNS if (c := busy_clock(r, pair)) is not None]
     if not rows:
         return None
     return statistics.median(c for c, _ in rows), all(capped for _, capped in rows)
@@ -153,7 +160,7 @@ def replay_factor(f: dict[str, float]) -> float:
     """The largest factor, either way, between a fit loop's measured saving and its replayed
     saving times the share the model keeps at its clock."""
     factors = []
-    for run in ("run_a", "run_b"):
+    for run in ("run_a", "run_b"):  # the fit's probe runs (run_c checks it)
         measured = probe_savings(run)
         for name in FIT:
             if name not in measured:
@@ -186,7 +193,7 @@ def main() -> int:
         f"{'probe':6s} {'loop':20s} {'split':10s} {'clock':>6s} {'capped':>6s} {'measured':>8s} {'model':>11s}  inside"
     )
     inside = total = 0
-    for run in ("run_a", "run_b"):
+    for run in PROBE_RUNS:
         for name, measured in probe_shares(run).items():
             same = SAME_MACHINE.get(run)
             clock = busy_clock(same, name) if same else None
@@ -208,7 +215,8 @@ def main() -> int:
             )
     print(f"validation loops inside the model's band: {inside} of {total}")
     print("the saving a finding states (replayed saving x kept, widened by the replay factor), validation loops:")
-    for run in ("run_a", "run_b"):
+    points: list[tuple[float, float]] = []
+    for run in PROBE_RUNS:
         measured = probe_savings(run)
         for name in measured:
             if name in FIT or name == "item_host":
@@ -221,10 +229,22 @@ def main() -> int:
             given = power_limit.at_clock(clock[0] if clock[1] else f["top_clock_mhz"], f["top_clock_mhz"])
             lo, hi = given.expected_ns(replayed)
             ok = lo <= measured[name] <= hi
+            # the saving the finding states (whatif/savings.power_limited): the replayed idle less the share
+            point = replayed * (1.0 - given.share)
+            m = measured[name]
+            closer = abs(point - m) < abs(replayed - m)
+            points.append((abs(point - m), abs(replayed - m)))
             print(
                 f"  {run} {name:20s} replayed {replayed:6.0f} µs -> {lo:5.0f}-{hi:5.0f}; "
-                f"measured {measured[name]:5.0f}: {'inside' if ok else 'outside'}"
+                f"measured {m:5.0f}: {'inside' if ok else 'outside'}; stated {point:5.0f} µs "
+                f"({'closer' if closer else 'not closer' if point != replayed else 'the same'})"
             )
+    changed = [(a, b) for a, b in points if a != b]
+    print(
+        f"stated saving (replayed less the give-back) closer to the measured than the replayed idle: "
+        f"{sum(a < b for a, b in changed)} of {len(changed)} validation loops where the model gives some back; "
+        f"mean error {statistics.mean(a for a, _ in points):.0f} µs against {statistics.mean(b for _, b in points):.0f}"
+    )
     return 0
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import capture_run
 import pytest
 
+from traceadvisor.capture import gpu_power
 from traceadvisor.capture.gpu_power import PowerRecorder, interpret, read_power_state
 from traceadvisor.capture.unprofiled import with_key
 from traceadvisor.pipeline import analyze
@@ -421,3 +422,45 @@ def test_only_a_fix_that_removes_idle_pays_the_give_back_and_whatif_says_so() ->
     bare = load_file(path)
     bare.meta.traceadvisor = {k: v for k, v in bare.meta.traceadvisor.items() if k != "gpu_power"}
     assert savings.scenario_saving(bare, "no-sync").given_back_ns == 0.0
+
+
+def test_where_the_driver_keeps_no_clock_samples_the_clock_is_polled_over_the_stretch() -> None:
+    """On run 29's H200 the driver answered NVML_ERROR_NOT_FOUND for clock samples: the recorder then
+    polls the clock on a thread over the unprofiled stretch (here a counter every millisecond) and
+    stores the polled median; the poller stops where the window starts and when the recorder closes."""
+    import threading
+    import time as clock_time
+
+    ticks = iter(range(1600, 100000, 10))
+    lock = threading.Lock()
+
+    def reader() -> Any:
+        def read() -> float:
+            with lock:
+                return float(next(ticks))
+
+        return read
+
+    poller = gpu_power.ClockPoller(interval_s=0.001, reader=reader)
+    recorder = PowerRecorder(
+        "capture",
+        read=lambda: interpret(650.0, 700.0, 1740.0, 0x4, 1980.0),
+        samples=lambda over_s: None,
+        violation=lambda: None,
+        poller=poller,
+    )
+    recorder.boundary(True, True)
+    deadline = clock_time.monotonic() + 5.0
+    while clock_time.monotonic() < deadline and len(poller._values) < 5:
+        clock_time.sleep(0.005)
+    recorder.boundary(True, False)
+    unprofiled = recorder.key([2])["gpu_power"]["unprofiled"]
+    n = unprofiled["clock_samples"]
+    assert n >= 5 and unprofiled["clock_source"] == "polled every 1 ms"
+    assert unprofiled["sm_clock_mhz_median"] == pytest.approx(1600 + 10 * (n - 1) / 2)
+    assert poller._thread is None  # stopped where the profiler turned on
+    recorder.boundary(False, True)  # the next stretch starts polling again ...
+    assert poller._thread is not None
+    recorder.close()  # ... until the recorder closes
+    assert poller._thread is None and poller.stop() == []
+    assert gpu_power.ClockPoller(reader=lambda: None).stop() == []  # no NVML: nothing runs

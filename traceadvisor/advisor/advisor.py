@@ -446,6 +446,7 @@ class Advisor:
         atexit.unregister(self._at_exit)
         self._unhook()
         self.sync_sites.stop()
+        self.power.close()
         backend = self._backend
         try:
             if backend is not None:

@@ -35,6 +35,7 @@ Without NVML, without CUDA, or when NVML refuses, nothing is stored and nothing 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -141,6 +142,70 @@ def read_clock_samples(over_s: float) -> dict[str, Any] | None:
         return None
 
 
+# How often the poller reads the SM clock where the driver keeps no samples (nvmlDeviceGetSamples
+# answered NVML_ERROR_NOT_FOUND for the clock on the H200s lent, run 29): 20 reads a second, each a
+# ctypes call that releases the GIL (a few µs of the program's host time per read: <0.05%).
+POLL_INTERVAL_S = 0.05
+
+
+class ClockPoller:
+    """Reads NVML's SM clock every ``interval_s`` on a daemon thread between ``start`` and ``stop``:
+    the clock over an unprofiled stretch where the driver's sample buffer is not there. ``read`` is
+    resolved in ``start`` (on the calling thread: it asks torch for the device), then called on the
+    poller's thread only."""
+
+    def __init__(
+        self, interval_s: float = POLL_INTERVAL_S, reader: Callable[[], Callable[[], float] | None] | None = None
+    ):
+        self.interval_s = interval_s
+        self._reader = reader or sm_clock_reader
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._values: list[float] = []
+
+    def start(self) -> None:
+        self.stop()
+        read = self._reader()
+        if read is None:
+            return
+        self._stop = threading.Event()
+        self._values = []
+
+        def poll() -> None:
+            while not self._stop.is_set():
+                try:
+                    self._values.append(float(read()))
+                except Exception:  # NVML went away: what was read stands
+                    return
+                self._stop.wait(self.interval_s)
+
+        self._thread = threading.Thread(target=poll, name="traceadvisor-clock-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[float]:
+        """Stop polling; the clocks read since ``start`` (empty when it never ran)."""
+        if self._thread is None:
+            return []
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        self._thread = None
+        values, self._values = self._values, []
+        return values
+
+
+def sm_clock_reader() -> Callable[[], float] | None:
+    """A function reading the current CUDA device's SM clock (MHz) through NVML, or None without it."""
+    try:
+        import pynvml
+
+        handle = _nvml_handle()
+        if handle is None:
+            return None
+        return lambda: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
 def read_power_violation() -> tuple[float, float] | None:
     """NVML's power-policy violation counter now: (reference time in µs, time in ns the power limit
     has held the clocks down); None where NVML cannot give it."""
@@ -178,6 +243,7 @@ class PowerRecorder:
         samples: Callable[[float], dict[str, Any] | None] | None = None,
         violation: Callable[[], tuple[float, float] | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        poller: ClockPoller | None = None,
     ) -> None:
         self.source = source
         self.readings: list[dict[str, Any]] = []
@@ -185,6 +251,7 @@ class PowerRecorder:
         self._samples = samples or read_clock_samples
         self._violation = violation or read_power_violation
         self._clock = clock
+        self._poller = poller or ClockPoller()
         self._unprofiled: dict[str, Any] | None = None
         # the unprofiled stretch being timed: when it began, and the violation counter then
         self._stretch: tuple[float, tuple[float, float] | None] | None = None
@@ -195,18 +262,31 @@ class PowerRecorder:
         program ran at unprofiled, for the next trace written."""
         if now_off and self._stretch is None:
             self._stretch = (self._clock(), self._violation())
+            self._poller.start()
         if was_off and not now_off:
+            polled = self._poller.stop()
             state = self._read()
             if state is not None and self._stretch is not None:
                 began, violation = self._stretch
                 sampled = self._samples(max(self._clock() - began, 0.0))
                 if sampled:
-                    state = {**state, **sampled}
+                    state = {**state, **sampled, "clock_source": "driver samples"}
+                elif polled:
+                    state = {
+                        **state,
+                        "sm_clock_mhz_median": statistics.median(polled),
+                        "clock_samples": len(polled),
+                        "clock_source": f"polled every {self._poller.interval_s * 1e3:.0f} ms",
+                    }
                 share = capped_share(violation, self._violation())
                 if share is not None:
                     state = {**state, "power_capped_share": share}
             self._unprofiled = state
             self._stretch = None
+
+    def close(self) -> None:
+        """Stop the clock poller (the program ended without the profiler on again)."""
+        self._poller.stop()
 
     def key(self, steps: list[int]) -> dict[str, Any]:
         """``{"gpu_power": ...}`` for a trace being written now, or ``{}`` without a reading."""
@@ -230,6 +310,7 @@ def capture_context(session: Any) -> Any:
     try:
         yield recorder
     finally:
+        recorder.close()
         if recorder.key in session.trace_key_parts:
             session.trace_key_parts.remove(recorder.key)
         if recorder.boundary in session.boundary_listeners:
