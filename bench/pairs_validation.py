@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from traceadvisor.capture.gpu_power import POWER_REASONS, interpret  # noqa: E402
 from traceadvisor.trace.load import load_file  # noqa: E402
+from traceadvisor.whatif.power_limit import CAPPED_SHARE  # noqa: E402
 from traceadvisor.whatif.profiler_cost import give_step_time, unprofiled_replay  # noqa: E402
 from traceadvisor.whatif.refused import Refused  # noqa: E402
 from traceadvisor.whatif.replay import replay  # noqa: E402
@@ -153,7 +154,15 @@ def capture_power(rec: dict[str, Any], rounds: list[Any], top_mhz: float | None)
         return out if capped is None else {**out, "power_capped": capped}
 
     median = {k: float(np.median([float(r[k]) for r in rounds])) for k in fields}
-    capped = sum(bool(int(r["clock_event_reasons"]) & POWER_REASONS) for r in rounds) * 2 > len(rounds)
+    # from run 30 on each round also holds the clock polled over it and the share the limit held it
+    polled = [float(r["sm_clock_mhz_median"]) for r in rounds if r.get("sm_clock_mhz_median")]
+    if polled:
+        median["sm_clock_mhz"] = float(np.median(polled))
+    shares = [float(r["power_capped_share"]) for r in rounds if isinstance(r.get("power_capped_share"), float)]
+    if shares:
+        capped = float(np.median(shares)) >= CAPPED_SHARE
+    else:
+        capped = sum(bool(int(r["clock_event_reasons"]) & POWER_REASONS) for r in rounds) * 2 > len(rounds)
     return {**record(after), "unprofiled": record(median, capped)}
 
 

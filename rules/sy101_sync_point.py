@@ -104,12 +104,13 @@ class SyncPoint(Rule[Options]):
     is a what-if replay: the trace replayed without the profiler's host cost, then again with
     these calls no longer waiting (the GPU work they waited for stays, what the host did after
     them moves earlier); a sync in a GPU-bound loop, whose host is far ahead anyway, saves little
-    however long it blocks. Where the fix leaves the step GPU-bound, the message adds what a GPU
-    held at its power limit keeps of the saving: there the kernels run slower once the GPU idles
-    less, the more the further below its top clock the program runs (six H200 loops at the 700 W
-    limit: 1-15% of the idle given back at 1,860-1,980 MHz, 28-56% at 1,650-1,725). With the clock
-    capture reads without the profiler, the message gives the share at that clock; without it, the
-    measured span (44-99% of the idle saved). The single
+    however long it blocks. Where the fix leaves the step GPU-bound on a GPU held at its power
+    limit, the kernels run slower once the GPU idles less, the more the further below its top clock
+    the program runs (H200 loops at the 700 W limit: 1-15% of the idle given back at 1,860-1,980
+    MHz, 28-96% at 1,650-1,785). Where capture read the clock the program ran at without the
+    profiler, the saving is the replayed idle less the model's share at that clock
+    (`whatif/power_limit.py`) and the message says so; without that reading the saving stays the
+    replay's and the message gives the measured span (44-99% of the idle saved). The single
     `cudaDeviceSynchronize` the profiler adds after the last step, and non-blocking
     `cudaEventQuery`, are not counted. With `with_stack` the finding
     names the Python function that synchronized (the trace gives only its first line); a trace
@@ -240,7 +241,7 @@ def _replayed_text(trace: Trace, replayed: Saving) -> str:
         drawn = f", {power:.0f} of {unprofiled['power_limit_w']:.0f} W"
     clock = (
         f"median SM clock {given.clock_mhz:.0f} of {given.top_clock_mhz:.0f} MHz over "
-        f"{unprofiled['clock_samples']} samples{drawn}"
+        f"{unprofiled['clock_samples']} readings{drawn}"
         if sampled
         else f"SM clock {given.clock_mhz:.0f} of {given.top_clock_mhz:.0f} MHz{drawn}"
     )

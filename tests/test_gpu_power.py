@@ -464,3 +464,28 @@ def test_where_the_driver_keeps_no_clock_samples_the_clock_is_polled_over_the_st
     recorder.close()  # ... until the recorder closes
     assert poller._thread is None and poller.stop() == []
     assert gpu_power.ClockPoller(reader=lambda: None).stop() == []  # no NVML: nothing runs
+
+
+def test_a_capture_with_the_polled_clock_states_the_saving_at_its_median() -> None:
+    """The product end to end on an H200 where the driver keeps no clock samples (run 30,
+    fixtures/traces/capture_power_polled_loop.json.gz: item_gpu's loop under capture): the unprofiled
+    reading holds the clock polled over the 300 steps before the window (47 readings, median 1,740
+    MHz against 1,710 for the one reading there) and the stretch's capped share, and sync-point's
+    saving is the replayed idle less the model's share at the median."""
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "traces" / "capture_power_polled_loop.json.gz"
+    with gzip.open(path, "rt") as fh:
+        power = json.load(fh)["traceadvisor"]["gpu_power"]
+    unprofiled = power["unprofiled"]
+    assert unprofiled["clock_source"] == "polled every 50 ms" and unprofiled["clock_samples"] == 47
+    assert unprofiled["sm_clock_mhz_median"] == 1740.0 and unprofiled["sm_clock_mhz"] == 1710.0
+    assert unprofiled["power_capped_share"] == pytest.approx(0.986, abs=0.001)
+    given = power_limit.give_back(power)
+    assert given is not None and given.clock_mhz == 1740.0
+    finding = _sy101(path)
+    assert "NVML: median SM clock 1740 of 1980 MHz over 47 readings, 690 of 700 W" in finding.message
+    saving_us = finding.impact.saving_per_step_us
+    assert saving_us is not None
+    assert f"at that clock {given.share * 100:.0f}% of the idle comes back" in finding.message
+    replayed_us = saving_us / (1 - given.share)
+    lo, hi = _range_us(finding.message)
+    assert (lo, hi) == pytest.approx(tuple(x / 1e3 for x in given.expected_ns(replayed_us * 1e3)), rel=1e-3)
