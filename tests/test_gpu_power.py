@@ -409,6 +409,10 @@ def test_only_a_fix_that_removes_idle_pays_the_give_back_and_whatif_says_so() ->
     assert no_sync.give_back is not None and no_sync.given_back_ns > 0
     assert no_sync.given_back_ns == pytest.approx(no_sync.give_back.share * no_sync.replayed_saving_ns, rel=1e-9)
     assert _sy101(path).impact.saving_per_step_us == pytest.approx(no_sync.saving_ns / 1e3, rel=1e-9)
+    # combined with a fix that changes kernels, the same idle is removed: the combination pays its give-back
+    both = savings.whatif(trace, ["no-sync", "fuse-elementwise"])
+    assert both[1].saving.given_back_ns == 0 and both[2].saving.scenario == "combined"
+    assert both[2].saving.given_back_ns == pytest.approx(no_sync.given_back_ns)
     report = to_dict(str(path), None, savings.whatif(trace, ["no-sync"]), [])
     entry = report["scenarios"][0]
     assert entry["power_given_back_us"] == pytest.approx(no_sync.given_back_ns / 1e3)

@@ -160,5 +160,18 @@ def whatif(trace: Trace, names: list[str]) -> list[Outcome]:
     if len(applied) > 1:
         ov = combine([SCENARIOS[n].build(trace) for n in applied])
         answers = tuple(dict.fromkeys(a for n in applied for a in SCENARIOS[n].answers))
-        out.append(Outcome(saving_of(trace, "combined", ov), answers))
+        combined = saving_of(trace, "combined", ov)
+        out.append(Outcome(with_parts_given_back(trace, combined, [o.saving for o in out]), answers))
     return out
+
+
+def with_parts_given_back(trace: Trace, combined: Saving, parts: list[Saving]) -> Saving:
+    """A combination that also changes kernels is not power-limited as a whole (``power_limited``),
+    but the idle its idle-only parts remove is the same idle: it pays their give-back, where the
+    combined step is still GPU-bound, so that a combination never claims more than its parts allow."""
+    back = sum(p.given_back_ns for p in parts if p.given_back_ns > 0)
+    if combined.given_back_ns > 0 or back <= 0 or combined.refused or not leaves_gpu_bound(trace, combined):
+        return combined
+    given = next(p.give_back for p in parts if p.give_back is not None)
+    back = min(back, combined.saving_ns)
+    return replace(combined, after_ns=combined.after_ns + back, given_back_ns=back, give_back=given)
