@@ -116,6 +116,11 @@ def err_pct(pred: float, meas: float) -> float:
     return (pred - meas) / meas * 100.0 if meas else math.nan
 
 
+# --no-power-record: calibrated, but without the gpu_power record (the saving without the power
+# limit's give-back, for comparison)
+GIVE_POWER_RECORD = True
+
+
 def top_sm_clock_mhz(run: Path) -> float | None:
     """The GPU's top SM clock from the run's ``nvidia-smi -q`` (its *Max Clocks* section), None
     without it."""
@@ -190,7 +195,11 @@ def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
                 # in the same process right around the window (capture_pairs' adjacent rounds), and
                 # NVML's readings as the window started and ended (from run 20 on)
                 key: dict[str, Any] = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
-                power = capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(traces.parent))
+                power = (
+                    capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(traces.parent))
+                    if GIVE_POWER_RECORD
+                    else None
+                )
                 if power is not None:
                     key["gpu_power"] = power
                 trace.meta.traceadvisor = key
@@ -264,7 +273,14 @@ def main() -> int:
         action="store_true",
         help="each pair's predicted saving on each interval between two step ends of its before trace",
     )
+    ap.add_argument(
+        "--no-power-record",
+        action="store_true",
+        help="with --calibrated: leave out the gpu_power record capture writes (no power-limit give-back)",
+    )
     args = ap.parse_args()
+    global GIVE_POWER_RECORD
+    GIVE_POWER_RECORD = not args.no_power_record
     calibrated: bool | str = "given" if args.given else args.calibrated
     if args.captures:
         pairs_file = args.pairs if args.pairs != DEFAULT_PAIRS else CAPTURES_RUN

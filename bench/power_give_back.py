@@ -179,6 +179,30 @@ def replay_factor(f: dict[str, float]) -> float:
     return max(factors)
 
 
+def own_clocks() -> None:
+    """Where the probe read NVML after each of its rounds (run_c on): each capped loop's median clock
+    on both sides, the after side's drop, and the share given back beside it."""
+    for run in PROBE_RUNS:
+        doc = json.loads((PROBE / run / "segments.json").read_text())
+        shares = probe_shares(run)
+        rows = []
+        for name, p in doc["pairs"].items():
+            states = p.get("gpu_state") or {}
+            sides = {side: [s for s in states.get(side, []) if s] for side in ("before", "after")}
+            if name not in shares or not sides["before"] or not sides["after"]:
+                continue
+            before, after = (statistics.median(s["sm_clock_mhz"] for s in sides[k]) for k in ("before", "after"))
+            temp = statistics.median(s["temperature_c"] for s in sides["before"])
+            power = statistics.median(s["power_w"] for s in sides["before"])
+            rows.append(
+                f"  {run} {name:20s} before {before:6.0f} after {after:6.0f} MHz (drop {before - after:4.0f}), "
+                f"{temp:.0f} C, {power:.0f} W; given back {shares[name]:.2f}"
+            )
+        if rows:
+            print(f"the probe's own NVML readings after each round ({run}):")
+            print("\n".join(rows))
+
+
 def main() -> int:
     f = fit()
     print("the replay on the fit loops (measured over replayed x kept):")
@@ -239,6 +263,7 @@ def main() -> int:
                 f"measured {m:5.0f}: {'inside' if ok else 'outside'}; stated {point:5.0f} µs "
                 f"({'closer' if closer else 'not closer' if point != replayed else 'the same'})"
             )
+    own_clocks()
     changed = [(a, b) for a, b in points if a != b]
     print(
         f"stated saving (replayed less the give-back) closer to the measured than the replayed idle: "

@@ -43,3 +43,16 @@ def run_capture(cwd: Path, *args: str, env: dict[str, str] | None = None) -> sub
         timeout=300,
         env={**base, **(env or {})},
     )
+
+
+def run_driver(tmp_path: Path, driver: str = "driver.py") -> subprocess.CompletedProcess[str]:
+    """Run a test's Python driver (which calls ``traceadvisor.cli.main`` itself, with hooks set up
+    first) in ``tmp_path``, with ``$PROBE`` naming ``probe.json`` there."""
+    return subprocess.run(
+        [sys.executable, driver],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PROBE": str(tmp_path / "probe.json")},
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -490,14 +489,7 @@ main()
 def test_extra_contexts_and_trace_listeners(tmp_path: Path) -> None:
     write(tmp_path / "train.py", TRAIN)
     write(tmp_path / "driver.py", HOOKED)
-    proc = subprocess.run(
-        [sys.executable, "driver.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PROBE": str(tmp_path / "probe.json")},
-    )
+    proc = capture_run.run_driver(tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "seen.json").read_text()) == [["enter", False, 0], ["exit", False, 1]]
     record = run_json(tmp_path / "run")

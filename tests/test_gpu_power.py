@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import subprocess
-import sys
 import tarfile
 import textwrap
 from pathlib import Path
@@ -272,14 +269,7 @@ def test_capture_reads_the_unprofiled_state_as_each_window_starts(tmp_path: Path
     each window's off-to-on boundary once, and each trace carries the reading taken there."""
     (tmp_path / "train.py").write_text(textwrap.dedent(capture_run.TRAIN))
     (tmp_path / "driver.py").write_text(textwrap.dedent(BOUNDARIES))
-    proc = subprocess.run(
-        [sys.executable, "driver.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PROBE": str(tmp_path / "probe.json")},
-    )
+    proc = capture_run.run_driver(tmp_path)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads((tmp_path / "seen.json").read_text())
     turns_on = [steps for steps, was_off, now_off in seen if was_off and not now_off]

@@ -107,9 +107,10 @@ def _nvml_handle() -> Any:
     return pynvml.nvmlDeviceGetHandleByIndex(index)
 
 
-def _sample_values(handle: Any, kind: int, over_s: float) -> list[float]:
-    """The values the driver sampled of ``kind`` in the last ``over_s`` seconds (by the newest
-    sample's time stamp, so no clock base is assumed)."""
+def sample_pairs(handle: Any, kind: int, over_s: float) -> list[tuple[float, float]]:
+    """The driver's samples of ``kind`` in the last ``over_s`` seconds, (time stamp µs, value), by
+    the newest sample's time stamp, so no clock base is assumed. Raises NVML's error where the
+    driver keeps none (NVML_ERROR_NOT_FOUND)."""
     import pynvml
 
     value_type, samples = pynvml.nvmlDeviceGetSamples(handle, kind, 0)
@@ -117,7 +118,15 @@ def _sample_values(handle: Any, kind: int, over_s: float) -> list[float]:
     if not samples:
         return []
     newest = max(int(x.timeStamp) for x in samples)
-    return [float(getattr(x.sampleValue, field)) for x in samples if int(x.timeStamp) >= newest - over_s * 1e6]
+    return [
+        (float(x.timeStamp), float(getattr(x.sampleValue, field)))
+        for x in samples
+        if int(x.timeStamp) >= newest - over_s * 1e6
+    ]
+
+
+def _sample_values(handle: Any, kind: int, over_s: float) -> list[float]:
+    return [v for _, v in sample_pairs(handle, kind, over_s)]
 
 
 def read_clock_samples(over_s: float) -> dict[str, Any] | None:
@@ -229,6 +238,34 @@ def capped_share(start: tuple[float, float] | None, end: tuple[float, float] | N
     return min(max((end[1] - start[1]) / ((end[0] - start[0]) * 1e3), 0.0), 1.0)
 
 
+def stretch_summary(
+    elapsed_s: float,
+    violation_at_start: tuple[float, float] | None,
+    polled: list[float],
+    interval_s: float = POLL_INTERVAL_S,
+    samples: Callable[[float], dict[str, Any] | None] = read_clock_samples,
+    violation: Callable[[], tuple[float, float] | None] = read_power_violation,
+) -> dict[str, Any]:
+    """What an unprofiled stretch of ``elapsed_s`` ran at, for its reading: the driver's sampled
+    median clock and power where it keeps samples, else the median of the clocks ``polled`` over it
+    (``ClockPoller``), and the share of the stretch the power limit held the clocks (the violation
+    counter now against ``violation_at_start``)."""
+    out: dict[str, Any] = {}
+    sampled = samples(max(elapsed_s, 0.0))
+    if sampled:
+        out |= {**sampled, "clock_source": "driver samples"}
+    elif polled:
+        out |= {
+            "sm_clock_mhz_median": statistics.median(polled),
+            "clock_samples": len(polled),
+            "clock_source": f"polled every {interval_s * 1e3:.0f} ms",
+        }
+    share = capped_share(violation_at_start, violation())
+    if share is not None:
+        out["power_capped_share"] = share
+    return out
+
+
 class PowerRecorder:
     """Reads the power state as the profiler turns on (``boundary``) and each time a trace is
     written (``key``); the records also go to ``run.json``. The reading where the profiler turns on
@@ -268,19 +305,10 @@ class PowerRecorder:
             state = self._read()
             if state is not None and self._stretch is not None:
                 began, violation = self._stretch
-                sampled = self._samples(max(self._clock() - began, 0.0))
-                if sampled:
-                    state = {**state, **sampled, "clock_source": "driver samples"}
-                elif polled:
-                    state = {
-                        **state,
-                        "sm_clock_mhz_median": statistics.median(polled),
-                        "clock_samples": len(polled),
-                        "clock_source": f"polled every {self._poller.interval_s * 1e3:.0f} ms",
-                    }
-                share = capped_share(violation, self._violation())
-                if share is not None:
-                    state = {**state, "power_capped_share": share}
+                summary = stretch_summary(
+                    self._clock() - began, violation, polled, self._poller.interval_s, self._samples, self._violation
+                )
+                state = {**state, **summary}
             self._unprofiled = state
             self._stretch = None
 

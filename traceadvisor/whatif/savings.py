@@ -108,7 +108,7 @@ def busy_per_step_ns(trace: Trace) -> float:
 def leaves_gpu_bound(trace: Trace, saving: Saving) -> bool:
     """Whether the step after the fix is GPU-bound: its replayed time within ``GPU_BOUND_AFTER`` of
     the GPU's busy time per step."""
-    busy = busy_per_step_ns(trace) * with_profiler_removed(trace, Overrides()).kernel_scale
+    busy = busy_per_step_ns(trace) * unprofiled_overrides(trace).kernel_scale
     return busy > 0 and saving.after_ns - saving.given_back_ns <= GPU_BOUND_AFTER * busy
 
 
