@@ -53,7 +53,8 @@ class ChannelsLast(Rule[Options]):
     at least `min_share_pct` of kernel time; the convolution kernels themselves are the NHWC
     implicit GEMMs (`…nhwckrsc_nhwc…`). The saving is the what-if replay's `channels-last`
     scenario (`traceadvisor whatif TRACE --apply channels-last`): the transposes take no GPU time
-    and no host time for their launches; the convolution kernels keep their time (they are the
+    and no host time for their launches or for cuDNN's set-up of each (the gap before a launch,
+    at most the trace's median in-op gap); the convolution kernels keep their time (they are the
     same NHWC kernels); training batch norm's NCHW kernels run as their channels_last
     counterparts: cuDNN's (`bn_fw_tr_1C11…`, `bn_bw_1C11…`) as its persistent NHWC kernels, which
     PyTorch picks for channels_last inputs in training, and ATen's (`batch_norm_*_kernel`, which run
@@ -117,7 +118,7 @@ class ChannelsLast(Rule[Options]):
             per_step=per_step(saving),
             basis=replay_basis(
                 saving,
-                "cuDNN's layout transposes and their launches removed"
+                "cuDNN's layout transposes, their launches and set-up removed"
                 + (", batch norm on its channels_last kernels" if bn else ""),
             ),
             evidence=evidence_from(tk),

@@ -455,9 +455,46 @@ def _nhwc_conv_kernels(trace: Trace) -> pd.DataFrame:
     ]
 
 
+def launch_preparation_ns(trace: Trace, calls: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The host time cuDNN spends setting up each launch in ``calls`` (rows of ``trace.runtime``):
+    the gap back to the runtime call before it on its thread, at most the median of those gaps
+    where the call before is in the same op.
+
+    Why: one convolution op runs a cuDNN plan of several kernels (transpose in, convolution,
+    transpose out), and before each launch cuDNN fills in that kernel's parameters on the host
+    (the gap after the previous kernel's launch and error check: median 1.4 µs in run 26's
+    p12_conv_cl_before, 2.7 µs in run 23's p12_conv_cl_gpu_before). Taking a transpose out of the
+    plan takes that set-up with it, not only its launch call: over conv_cl's three run 26 captures,
+    the NHWC side's convolution ops held 2.5 µs per transpose less host time than the NCHW side's,
+    beyond the transposes' launch calls. A gap that reaches back out of the op (22% of them there,
+    50-100 µs) or across the plan-building of a second convolution in the same backward op (a tenth
+    of the in-op gaps exceed 19 µs) holds work the NHWC side does too, so every gap is capped at the
+    median in-op gap: the typical set-up of one kernel in this trace. Nothing is fitted."""
+    rt = trace.runtime
+    if not len(calls) or not len(rt):
+        return np.zeros(len(calls), dtype=np.int64)
+    pid, tid, ts, end = (rt[c].to_numpy() for c in ("pid", "tid", "ts_ns", "end_ns"))
+    key = thread_key(pid, tid)
+    order = np.lexsort((ts, key))
+    rank = np.empty(len(rt), dtype=np.int64)
+    rank[order] = np.arange(len(rt))
+    r = rank[calls]
+    prev = order[np.maximum(r - 1, 0)]
+    has_prev = (r > 0) & (key[prev] == key[calls])
+    gap = np.where(has_prev, np.maximum(ts[calls] - end[prev], 0), 0)
+    op = trace.innermost_op_at(pid[calls], tid[calls], ts[calls])
+    op_prev = trace.innermost_op_at(pid[prev], tid[prev], ts[prev])
+    in_op = has_prev & (op >= 0) & (op_prev == op)
+    if not in_op.any():
+        return np.zeros(len(calls), dtype=np.int64)
+    cap = int(np.median(gap[in_op]))
+    return np.minimum(gap, cap).astype(np.int64)
+
+
 def channels_last(trace: Trace) -> Overrides:
     """Convolutions on channels_last tensors: cuDNN's layout transposes around them are gone (no
-    GPU time, no release delay, and the host time of their launch calls collapsed), and the
+    GPU time, no release delay, and the host time of their launch calls and of cuDNN's set-up of
+    each, ``launch_preparation_ns``, collapsed), and the
     convolution kernels run at ``NHWC_CONV_RATIO`` of their time (1.0: the same NHWC kernels run)."""
     tk = layout_transposes(trace)
     if not len(tk):
@@ -465,11 +502,12 @@ def channels_last(trace: Trace) -> Overrides:
     rt = trace.runtime
     calls = np.unique(tk["launch"].to_numpy())
     threads = thread_key(rt["pid"].to_numpy()[calls], rt["tid"].to_numpy()[calls])
+    starts = rt["ts_ns"].to_numpy()[calls] - launch_preparation_ns(trace, calls)
     regions = tuple(
         Region(int(th), int(s), int(e), 0)
         for th, s, e in zip(
             threads.tolist(),
-            rt["ts_ns"].to_numpy()[calls].tolist(),
+            starts.tolist(),
             rt["end_ns"].to_numpy()[calls].tolist(),
             strict=True,
         )
