@@ -36,6 +36,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +117,10 @@ def err_pct(pred: float, meas: float) -> float:
     return (pred - meas) / meas * 100.0 if meas else math.nan
 
 
-# --no-power-record: calibrated, but without the gpu_power record (the saving without the power
-# limit's give-back, for comparison)
-GIVE_POWER_RECORD = True
+# --give-back-off: calibrated, with the power-limit model's give-back taken off each saving that
+# carries one, as findings did on 2026-12-03 (the comparison that put it back beside the saving:
+# whatif/savings.py, ``power_limited``)
+TAKE_OFF_GIVE_BACK = False
 
 
 def top_sm_clock_mhz(run: Path) -> float | None:
@@ -195,11 +197,7 @@ def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
                 # in the same process right around the window (capture_pairs' adjacent rounds), and
                 # NVML's readings as the window started and ended (from run 20 on)
                 key: dict[str, Any] = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
-                power = (
-                    capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(traces.parent))
-                    if GIVE_POWER_RECORD
-                    else None
-                )
+                power = capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(traces.parent))
                 if power is not None:
                     key["gpu_power"] = power
                 trace.meta.traceadvisor = key
@@ -217,6 +215,8 @@ def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
                 else:
                     built = [SCENARIOS[n].build(trace) for n in names if scenario_saving(trace, n).refused is None]
                     s = saving_of(trace, str(p["scenario"]), combine(built))
+                if TAKE_OFF_GIVE_BACK and s.power_give_back_ns > 0:
+                    s = replace(s, after_ns=s.after_ns + s.power_give_back_ns)
                 row["refused"] = s.refused
                 b, a = s.before_ns / 1e3, (s.before_ns - s.saving_ns) / 1e3
                 if per:  # time per sample: the after side runs per["after"] samples in a step
@@ -274,13 +274,13 @@ def main() -> int:
         help="each pair's predicted saving on each interval between two step ends of its before trace",
     )
     ap.add_argument(
-        "--no-power-record",
+        "--give-back-off",
         action="store_true",
-        help="with --calibrated: leave out the gpu_power record capture writes (no power-limit give-back)",
+        help="with --calibrated: take the power-limit model's give-back off each saving (as on 2026-12-03)",
     )
     args = ap.parse_args()
-    global GIVE_POWER_RECORD
-    GIVE_POWER_RECORD = not args.no_power_record
+    global TAKE_OFF_GIVE_BACK
+    TAKE_OFF_GIVE_BACK = args.give_back_off
     calibrated: bool | str = "given" if args.given else args.calibrated
     if args.captures:
         pairs_file = args.pairs if args.pairs != DEFAULT_PAIRS else CAPTURES_RUN

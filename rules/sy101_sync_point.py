@@ -70,11 +70,12 @@ BASIS = "the blocking syncs in the steps no longer wait (the GPU work they waite
 # What a GPU held at its power limit gives back of the idle a sync leaves, as faster kernels on
 # the side that idles, is rules_api.power_give_back's (whatif/power_limit.py): a line in how far
 # below its top clock the program ran unprofiled, fitted on two fit loops and inside its band on
-# three of four validation loops (fixtures/gpu_segment_probe/, ``python bench/power_give_back.py``).
-# Where the trace holds that clock, the replayed saving already has the give-back taken off
-# (rules_api.saving_of: whatif/savings.py, ``power_limited``) and the message says so; where it
-# does not, the message gives the span measured on all six loops (rules_api.POWER_KEPT_SPAN_MEASURED:
-# 44-99% of the replayed saving came true) and the saving stays the replay's.
+# four of eight validation loops (fixtures/gpu_segment_probe/, ``python bench/power_give_back.py``).
+# The saving stays the replay's either way (whatif/savings.py, ``power_limited``: taken off, the
+# give-back made more validation savings miss than it mended). Where the trace holds that clock, the
+# message gives the model's give-back and the range down to it; where it does not, the span
+# measured on all six loops (rules_api.POWER_KEPT_SPAN_MEASURED: 44-99% of the replayed saving came
+# true).
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,12 @@ class SyncPoint(Rule[Options]):
     however long it blocks. Where the fix leaves the step GPU-bound on a GPU held at its power
     limit, the kernels run slower once the GPU idles less, the more the further below its top clock
     the program runs (H200 loops at the 700 W limit: 1-15% of the idle given back at 1,860-1,980
-    MHz, 28-96% at 1,650-1,785). Where capture read the clock the program ran at without the
-    profiler, the saving is the replayed idle less the model's share at that clock
-    (`whatif/power_limit.py`) and the message says so; without that reading the saving stays the
-    replay's and the message gives the measured span (44-99% of the idle saved). The single
+    MHz, 28-96% at 1,650-1,785). The saving stays the replayed idle: the clock does not predict
+    the give-back's size across machines (taken off the saving, the model made more of the GPU
+    pairs' validation savings miss than it mended). Where capture read the clock the program ran at
+    without the profiler, the message gives the model's share at that clock
+    (`whatif/power_limit.py`) and a range down to the saving less it; without that reading, the
+    measured span (44-99% of the idle saved). The single
     `cudaDeviceSynchronize` the profiler adds after the last step, and non-blocking
     `cudaEventQuery`, are not counted. With `with_stack` the finding
     names the Python function that synchronized (the trace gives only its first line); a trace
@@ -223,8 +226,7 @@ def _message(
 
 
 def _replayed_text(trace: Trace, replayed: Saving) -> str:
-    """The saving, as the replay gives it, or (at the power limit) as the replay's idle less what the
-    GPU gives back of it."""
+    """The saving, as the replay gives it, and (at the power limit) what the GPU may give back of it."""
     share = f"{replayed.share_pct:.1f}% of the {fmt_ns(replayed.before_ns)} predicted unprofiled step"
     given = replayed.give_back
     if given is None:
@@ -246,27 +248,32 @@ def _replayed_text(trace: Trace, replayed: Saving) -> str:
         else f"SM clock {given.clock_mhz:.0f} of {given.top_clock_mhz:.0f} MHz{drawn}"
     )
     return (
-        f"Replayed without the profiler and without these waits, the GPU idles {fmt_ns(replayed.replayed_saving_ns)} "
-        f"less a step and is then busy through the step; without the profiler it ran at its power limit "
-        f"(NVML: {clock}), where a GPU that idles less "
-        f"runs its kernels slower: at that clock {given.share * 100:.0f}% of the idle comes back "
-        f"({given.low * 100:.0f}-{given.high * 100:.0f}%), so the step takes {fmt_ns(replayed.saving_ns)} less "
-        f"({share})."
+        f"Replayed without the profiler and without these waits, the step takes {fmt_ns(replayed.saving_ns)} "
+        f"less ({share}), and the GPU is then busy through it. Without the profiler it ran at its power limit "
+        f"(NVML: {clock}), where a GPU that idles less runs its kernels slower and gives part of the idle "
+        f"back: at that clock the power-limit model gives back {given.share * 100:.0f}% "
+        f"({given.low * 100:.0f}-{given.high * 100:.0f}%), {fmt_ns(replayed.power_give_back_ns)} a step."
     )
 
 
 def _power_note(trace: Trace, replayed: Saving) -> str:
     """Where the fix leaves the step GPU-bound: the share of the saving a GPU at its power limit
-    keeps. Where the saving already has the give-back taken off (the trace's ``gpu_power.unprofiled``
-    reading: capture/gpu_power.py), the range with the replay's own error on such loops; the measured
+    keeps. Where the model places the give-back (the trace's ``gpu_power.unprofiled`` reading:
+    capture/gpu_power.py), the range from the saving less it (with the replay's own error on such
+    loops) to the saving; the measured
     span where the trace has only the profiled window's reading, or none (then as a condition);
     empty where the GPU was below its limit, where at its clock nothing comes back, otherwise, or
     without steps."""
     if replayed.refused or not len(trace.steps.table) or replayed.saving_ns <= 0:
         return ""
     if replayed.give_back is not None:
-        lo_ns, hi_ns = replayed.give_back.expected_ns(replayed.replayed_saving_ns)
-        return f" With the replay's own error on such loops, expect {fmt_ns(lo_ns)} to {fmt_ns(hi_ns)}."
+        # the saving stated is the replayed idle: the model's give-back, with the replay's own error
+        # on such loops, is the low end (whatif/savings.py power_limited says why it is not taken off)
+        lo_ns, _ = replayed.give_back.expected_ns(replayed.saving_ns)
+        return (
+            f" The clock does not predict the give-back's size across machines, so the saving stated is the "
+            f"replayed one: expect {fmt_ns(lo_ns)} to {fmt_ns(replayed.saving_ns)}."
+        )
     if not leaves_gpu_bound(trace, replayed):
         return ""
     state = gpu_power_state(trace)

@@ -324,10 +324,10 @@ def per_step(saving: Saving) -> tuple[str, float, float]:
 
 def replay_basis(saving: Saving, what: str) -> str:
     """The impact basis of a replayed saving: what the scenario changed, and on which baseline (and
-    what the GPU gives back of it at its power limit, where that was taken off)."""
+    what the GPU may give back of it at its power limit, where the model places that)."""
     given = (
-        f", less the {fmt_ns(saving.given_back_ns)} a GPU at its power limit gives back as slower kernels"
-        if saving.given_back_ns > 0
+        f"; a GPU at its power limit may give back {fmt_ns(saving.power_give_back_ns)} of it as slower kernels"
+        if saving.power_give_back_ns > 0
         else ""
     )
     return (

@@ -94,8 +94,8 @@ def to_dict(
                 "after_step_us": _us(o.saving.after_ns),
                 "saving_per_step_us": _us(o.saving.saving_ns),
                 "saving_pct": o.saving.share_pct,
-                # what a GPU at its power limit gives back of the removed idle, already off the saving
-                "power_given_back_us": _us(o.saving.given_back_ns) if o.saving.given_back_ns > 0 else None,
+                # what a GPU at its power limit may give back of the removed idle (not off the saving)
+                "power_give_back_us": _us(o.saving.power_give_back_ns) if o.saving.power_give_back_ns > 0 else None,
                 "per_sample_saving_pct": per_sample_pct(o),
             }
             for o in outcomes
@@ -124,9 +124,9 @@ def render_text(report: dict[str, Any]) -> str:
             if s["per_sample_saving_pct"] is not None
             else f"saves {fmt_time(s['saving_per_step_us'])} ({s['saving_pct']:.1f}%)"
         )
-        given = s.get("power_given_back_us")
+        given = s.get("power_give_back_us")
         if given is not None:
-            gain += f" after {fmt_time(given)} given back as slower kernels at the GPU's power limit"
+            gain += f", of which up to {fmt_time(given)} may come back as slower kernels at the GPU's power limit"
         lines.append(
             f"  {s['name']}: {fmt_time(s['before_step_us'])} -> {fmt_time(s['after_step_us'])} per step, "
             f"{gain}; {s['changed']} changed; answers: {', '.join(s['answers']) or '-'} ({findings})"
