@@ -119,7 +119,7 @@ def power_limited(trace: Trace, ov: Overrides, saving: Saving) -> Saving:
     six H200 loops), but the clock does not predict its size across machines (item_gpu gave back
     0.56 on one machine and 0.96 on another at the same clock): taken off the saving (2026-12-03), it
     made 3 more validation savings of runs 27-31 miss 20% than it mended (17 of 26 within 20% without
-    it, 14 with; ``python bench/pairs_validation.py --all-runs --calibrated [--no-power-record]``).
+    it, 14 with; ``python bench/pairs_validation.py --all-runs --calibrated [--give-back-off]``).
     So the saving stays the replayed idle, and the finding gives the model's range beside it. A fix
     that changes kernels also changes the energy per step, which the model does not cover."""
     if saving.refused or saving.saving_ns <= 0 or ov.gpu_dur_ns or ov.kernel_scale != 1.0:
