@@ -28,6 +28,7 @@ from traceadvisor.roofline.peaks import Peaks
 from traceadvisor.roofline.view import LATENCY_FLOOR_NS
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.columns import parse_raw
+from traceadvisor.trace.lanes import thread_start_order
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.fusion import BANDWIDTH_EFFICIENCY, BIG_KERNEL_BYTES, first_input
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
@@ -463,8 +464,9 @@ def launch_preparation_ns(trace: Trace, calls: npt.NDArray[np.int64]) -> npt.NDA
     Why: one convolution op runs a cuDNN plan of several kernels (transpose in, convolution,
     transpose out), and before each launch cuDNN fills in that kernel's parameters on the host
     (the gap after the previous kernel's launch and error check: median 1.4 µs in run 26's
-    p12_conv_cl_before, 2.7 µs in run 23's p12_conv_cl_gpu_before). Taking a transpose out of the
-    plan takes that set-up with it, not only its launch call: over conv_cl's three run 26 captures,
+    p12_conv_cl_before, 2.1 µs in run 23's p12_conv_cl_gpu_before; ``python bench/cudnn_setup.py``).
+    Taking a transpose out of the plan takes that set-up with it, not only its launch call: over
+    conv_cl's three run 26 captures,
     the NHWC side's convolution ops held 2.5 µs per transpose less host time than the NCHW side's,
     beyond the transposes' launch calls. A gap that reaches back out of the op (22% of them there,
     50-100 µs) or across the plan-building of a second convolution in the same backward op (a tenth
@@ -475,7 +477,7 @@ def launch_preparation_ns(trace: Trace, calls: npt.NDArray[np.int64]) -> npt.NDA
         return np.zeros(len(calls), dtype=np.int64)
     pid, tid, ts, end = (rt[c].to_numpy() for c in ("pid", "tid", "ts_ns", "end_ns"))
     key = thread_key(pid, tid)
-    order = np.lexsort((ts, key))
+    order = thread_start_order(pid, tid, ts, end - ts)
     rank = np.empty(len(rt), dtype=np.int64)
     rank[order] = np.arange(len(rt))
     r = rank[calls]
@@ -491,10 +493,11 @@ def launch_preparation_ns(trace: Trace, calls: npt.NDArray[np.int64]) -> npt.NDA
     return np.minimum(gap, cap).astype(np.int64)
 
 
-def channels_last(trace: Trace) -> Overrides:
+def channels_last(trace: Trace, *, with_set_up: bool = True) -> Overrides:
     """Convolutions on channels_last tensors: cuDNN's layout transposes around them are gone (no
     GPU time, no release delay, and the host time of their launch calls and of cuDNN's set-up of
-    each, ``launch_preparation_ns``, collapsed), and the
+    each, ``launch_preparation_ns``, collapsed; ``with_set_up=False``: the launch calls alone, the
+    model before 2026-12-04, for comparison), and the
     convolution kernels run at ``NHWC_CONV_RATIO`` of their time (1.0: the same NHWC kernels run)."""
     tk = layout_transposes(trace)
     if not len(tk):
@@ -502,7 +505,9 @@ def channels_last(trace: Trace) -> Overrides:
     rt = trace.runtime
     calls = np.unique(tk["launch"].to_numpy())
     threads = thread_key(rt["pid"].to_numpy()[calls], rt["tid"].to_numpy()[calls])
-    starts = rt["ts_ns"].to_numpy()[calls] - launch_preparation_ns(trace, calls)
+    starts = rt["ts_ns"].to_numpy()[calls]
+    if with_set_up:
+        starts = starts - launch_preparation_ns(trace, calls)
     regions = tuple(
         Region(int(th), int(s), int(e), 0)
         for th, s, e in zip(
