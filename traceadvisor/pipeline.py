@@ -156,7 +156,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
     from traceadvisor.summary.kernels import top_kernels
     from traceadvisor.summary.roofline import roofline_summary
     from traceadvisor.summary.step_time import step_time
-    from traceadvisor.summary.steps import step_summaries, step_variation
+    from traceadvisor.summary.steps import host_stalls, step_summaries, step_variation
     from traceadvisor.summary.units import us
     from traceadvisor.whatif.replay import external_wait_per_step_ns, replay_error_pct
 
@@ -190,6 +190,7 @@ def summarize(trace: Trace, claimed_by: Mapping[str, str | None]) -> TraceSummar
         measured_unprofiled_step_us=MeasuredSteps.of_key(trace.meta.traceadvisor),
         step_time=step_time(trace, main),
         step_variation=step_variation(trace),
+        host_stalls=host_stalls(trace),
         cpu=cpu_summary(trace),
     )
 

@@ -698,6 +698,57 @@ class CpuSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class HostStallSummary:
+    """``traces[].host_stalls[]``: a one-off host stall of one profiled step (whatif/one_off_stalls.py):
+    the event whose own time held it (``name``, on host thread ``tid`` of process ``pid``), the
+    stretch with nothing recorded that held it (``start_us``, ``dur_us``), how much more its own time
+    was than the same event's least in the window's other steps (``excess_us``; that least:
+    ``usual_us``), and what the predicted unprofiled step leaves out of it (``left_out_us``: the
+    excess, within the stretch; 0 where the profiler's own step work or an Inductor wrapper's gaps
+    already take that time out)."""
+
+    step: str
+    pid: int
+    tid: int
+    name: str
+    start_us: float
+    dur_us: float
+    excess_us: float
+    usual_us: float
+    left_out_us: float
+
+    def describe(self, fmt: Callable[[float], str]) -> str:
+        """One line for a report, times written by ``fmt`` (the renderers' ``fmt_time``)."""
+        left = (
+            "left out of the predicted step"
+            if self.left_out_us > 0
+            else "already out of the predicted step with the profiler's own time"
+        )
+        return (
+            f"host stall in {self.step}: {fmt(self.excess_us)} more in {self.name} than in the other steps "
+            f"({fmt(self.usual_us)}), a one-off pause (garbage collection, page faults, the host descheduled); "
+            f"{left}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "pid": self.pid,
+            "tid": self.tid,
+            "name": self.name,
+            "start_us": self.start_us,
+            "dur_us": self.dur_us,
+            "excess_us": self.excess_us,
+            "usual_us": self.usual_us,
+            "left_out_us": self.left_out_us,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> HostStallSummary:
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
 class TraceSummary:
     """``traces[]``: one trace's device, analysis window, GPU busy time, steps, top kernels, idle
     time by cause, roofline, annotations, capture flags and load warnings."""
@@ -734,6 +785,8 @@ class TraceSummary:
     step_time: StepTime | None = None
     # How far the profiled steps' spans differ (None with fewer than two steps of some length).
     step_variation: StepVariation | None = None
+    # One-off host stalls of the window's steps (whatif/one_off_stalls.py), in time order.
+    host_stalls: tuple[HostStallSummary, ...] = ()
     # The HTML report's timeline (``analyze(..., timeline=True)``); None otherwise. Written by
     # ``to_dict`` only when present, so the JSON report of an ordinary analysis has no such key.
     timeline: Timeline | None = None
@@ -774,6 +827,7 @@ class TraceSummary:
             "unprofiled_step_us": self.unprofiled_step_us,
             "step_time": _maybe_dict(self.step_time),
             "step_variation": _maybe_dict(self.step_variation),
+            "host_stalls": _dicts(self.host_stalls),
         }
         if self.timeline is not None:
             d["timeline"] = self.timeline.to_dict()
@@ -809,6 +863,7 @@ class TraceSummary:
             measured_unprofiled_step_us=MeasuredSteps.from_dict(d.get("measured_unprofiled_step_us")),
             step_time=StepTime.from_dict(d.get("step_time")),
             step_variation=StepVariation.from_dict(d.get("step_variation")),
+            host_stalls=tuple(HostStallSummary.from_dict(x) for x in d.get("host_stalls", ())),
             timeline=Timeline.from_dict(d.get("timeline")),
             cpu=CpuSummary.from_dict(d.get("cpu")),
         )

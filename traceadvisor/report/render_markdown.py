@@ -109,6 +109,7 @@ def _trace(t: TraceSummary) -> list[str]:
         out.append(f"- step: {step_time_line(st, t.measured_unprofiled_step_us)}")  # numbers only
     if (v := t.step_variation) is not None and v.unstable:
         out.append(f"- warning: {_text(v.describe(fmt_time))}")
+    out += [f"- {_text(stall.describe(fmt_time))}" for stall in t.host_stalls[:ROW_LIMIT]]
     if (m := t.measured_unprofiled_step_us) is not None:
         out.append(f"- measured unprofiled step: {fmt_time(m.median_us)} ({measured_source_words(m)})")
     out += [f"- warning: {_text(w)}" for w in t.warnings[:ROW_LIMIT]]

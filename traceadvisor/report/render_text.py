@@ -175,6 +175,8 @@ def _trace(console: Console, t: TraceSummary) -> None:
         console.print(f"  step: {step_time_line(st, t.measured_unprofiled_step_us)}")
     if (v := t.step_variation) is not None and v.unstable:
         console.print(Text.assemble("  ", ("warning:", "yellow"), f" {_text(v.describe(fmt_time))}"))
+    for stall in t.host_stalls[:ROW_LIMIT]:
+        console.print(f"  {_text(stall.describe(fmt_time))}")
     if (m := t.measured_unprofiled_step_us) is not None:
         console.print(f"  measured unprofiled step: {fmt_time(m.median_us)} ({measured_source_words(m)})")
     for w in t.warnings[:ROW_LIMIT]:

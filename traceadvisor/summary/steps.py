@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traceadvisor.report.model import StepSummary, StepVariation
+from traceadvisor.report.model import HostStallSummary, StepSummary, StepVariation
 from traceadvisor.summary.units import pct, us
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
@@ -101,3 +101,29 @@ def step_variation(trace: Trace) -> StepVariation | None:
         steps=len(keep),
         unstable=ratio >= UNSTABLE_STEP_RATIO,
     )
+
+
+def host_stalls(trace: Trace) -> tuple[HostStallSummary, ...]:
+    """``traces[].host_stalls``: the window's one-off host stalls, and what the predicted unprofiled
+    step leaves out of each (``profiler_cost.stall_regions``)."""
+    from traceadvisor.whatif.one_off_stalls import one_off_stalls
+    from traceadvisor.whatif.profiler_cost import stall_regions
+
+    taken = {(r.thread, r.start_ns, r.end_ns) for r in stall_regions(trace)}
+    out = []
+    for s in one_off_stalls(trace):
+        left = s.removed_ns if (s.thread, s.start_ns, s.end_ns) in taken else 0
+        out.append(
+            HostStallSummary(
+                step=s.step,
+                pid=s.thread >> 32,
+                tid=s.thread & 0xFFFFFFFF,
+                name=s.name,
+                start_us=us(s.start_ns),
+                dur_us=us(s.end_ns - s.start_ns),
+                excess_us=us(s.excess_ns),
+                usual_us=us(s.usual_ns),
+                left_out_us=us(left),
+            )
+        )
+    return tuple(out)

@@ -36,7 +36,8 @@ import pandas as pd
 from traceadvisor.analyses.cache import memoised
 from traceadvisor.analyses.idle import GRAPH_LAUNCHES
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, thread_key
+from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, process_key, thread_key
+from traceadvisor.whatif.one_off_stalls import one_off_stalls
 from traceadvisor.whatif.replay import Overrides, Replay, replay
 from traceadvisor.whatif.scenarios import COMPILED_REGION_PREFIXES, GRAPH_LAUNCH_NS, GRAPH_NODE_PROFILER_NS
 
@@ -409,6 +410,30 @@ def own_step_work(trace: Trace) -> tuple[Region, ...]:
     return tuple(Region(int(keys[i + 1]), int(ends[i]), int(starts[i + 1]), 0) for i in between.tolist())
 
 
+@memoised
+def stall_regions(trace: Trace) -> tuple[Region, ...]:
+    """The window's one-off host stalls (``one_off_stalls``), each shrunk by its excess: what the
+    unprofiled baseline leaves out besides the profiler. A stall inside the profiler's own step
+    work, or inside a long Inductor wrapper whose gaps ``wrapper_gaps`` already costs, is left to
+    them (taken out twice, it would remove more than the stretch held)."""
+    stalls = one_off_stalls(trace)
+    if not stalls:
+        return ()
+    own = own_step_work(trace)
+    gaps = wrapper_gaps(trace)
+    out = []
+    for s in stalls:
+        if any(
+            process_key(r.thread) == process_key(s.thread) and r.start_ns < s.end_ns and s.start_ns < r.end_ns
+            for r in own
+        ):
+            continue
+        if gaps is not None and gaps.holds(np.array([s.thread]), np.array([s.start_ns]))[0]:
+            continue
+        out.append(s.region())
+    return tuple(out)
+
+
 def graph_launch_durations(trace: Trace) -> dict[int, int]:
     """Graph launch calls at their unprofiled cost. Under CUPTI a cudaGraphLaunch writes an activity
     record per node and returns only after that: 5.6-5.9 ms for the 3,420 nodes of p12_decode_after
@@ -428,7 +453,7 @@ def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None, read_wr
     if cost is None:
         return _calibrated_overrides(trace, read_wrapper_gaps)
     return Overrides(
-        host_removed=profiler_time(trace, cost, read_wrapper_gaps),
+        host_removed=profiler_time(trace, cost, read_wrapper_gaps).plus(HostTimeMap(regions=stall_regions(trace))),
         host_dur_ns=graph_launch_durations(trace),
         graph_gap_cut_ns=GRAPH_NODE_PROFILER_NS,
     )
