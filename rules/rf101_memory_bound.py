@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,7 @@ _FUSED_KERNELS = (
 @dataclass(frozen=True)
 class Options:
     min_saving_pct: float = 1.0  # report only when the replayed saving is at least this share of the step
-    max_gap_us: float = 100.0  # kernels further apart on a stream are not one chain (in the message)
+    max_gap_us: float = math.inf  # kernels further apart on a stream are not one chain (none by default)
     top_ops: int = 5  # ops named in the message
 
 
@@ -77,11 +78,14 @@ class MemoryBound(Rule[Options]):
     section). On each stream and inside one step, consecutive kernels of fusible op classes
     (pointwise, reduction, softmax, normalization, copy/cast, gather) that are memory-bound (or
     latency-bound for being tiny) form a chain while each consumes the previous one's output (an
-    input with as many elements as the previous output) and starts within `max_gap_us`; any
-    other kernel in between breaks it. Kernels other rules own are left out: those of ops inside
-    `Optimizer.*` annotations (`optimizer-not-fused`) and, when attention runs unfused, those on
-    score-sized tensors (`unfused-attention`). The saving is a what-if replay (scenario
-    `fuse-elementwise`, `traceadvisor whatif`, on the chains found with the default `max_gap_us`):
+    input with as many elements as the previous output); any other kernel in between breaks it,
+    and so does a blocking call (a synchronize, `.item()`, a synchronous copy) between the two
+    launches, where a compiled graph breaks too. The time between two kernels does not: in a step
+    it is the host's time between their launches, which the profiler inflates and the capture's
+    host speed moves (`max_gap_us` sets a limit; none by default). Kernels other rules own are
+    left out: those of ops inside `Optimizer.*` annotations (`optimizer-not-fused`) and, when
+    attention runs unfused, those on score-sized tensors (`unfused-attention`). The saving is a what-if replay (scenario
+    `fuse-elementwise`, `traceadvisor whatif`, on the chains found without a gap limit):
     each chain becomes one kernel moving the chain's bytes less the write and re-read of every
     intermediate tensor at the bandwidth the trace's own big memory-bound kernels reach (no
     faster than its FLOPs or a 3 µs kernel floor), and its eager ops one dispatch; the saving is
@@ -101,7 +105,8 @@ class MemoryBound(Rule[Options]):
     ## Options
     - `min_saving_pct`: report only when the replayed saving is at least this share of the
       predicted unprofiled step.
-    - `max_gap_us`: kernels further apart than this on a stream are not one chain.
+    - `max_gap_us`: kernels further apart than this on a stream are not one chain (default: no
+      limit; the scenario's chains are found without one).
     - `top_ops`: how many memory-bound ops the message names.
 
     ## References

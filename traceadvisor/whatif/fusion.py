@@ -90,7 +90,15 @@ FLASH_BWD_PRODUCTS = 5.0 / 4.0
 # .contiguous() copies of q/k/v around the matmuls, which SDPA does not need.
 MAX_GAP_KERNELS = 2
 
-MAX_CHAIN_GAP_NS = 100_000.0  # kernels further apart on a stream are not one chain (RF101's default)
+# No time gap breaks a chain by default (RF101's max_gap_us can set one). Inside a step, the GPU's
+# gap between two chained kernels is the host's time between their launches, which the profiler
+# inflates 2-3x with stacks and which the capture's host speed moves: with the 100 µs cut of
+# before, the captures of one program (tfm_infer_compile, runs 31-33b) found 9 to 27 chains and
+# predicted compile's saving at 12.4-18.5%; without it, 27 chains in each and 17.9-18.9%
+# (docs/whatif.md, "A chain is broken by a sync, not by a gap"). What stops torch.compile or a
+# fused kernel joining two ops is a blocking call between their launches (a graph break: the host
+# waits for the GPU there), which breaks a chain (``_blocking_between_launches``).
+MAX_CHAIN_GAP_NS = math.inf
 
 LOSS_OPS = ("aten::_log_softmax", "aten::log_softmax")
 MIN_VOCAB = 8_192  # a log_softmax over a last dim this large is a loss over a vocabulary
@@ -459,6 +467,7 @@ def fusion_chains(trace: Trace, k: pd.DataFrame, max_gap_ns: float) -> pd.DataFr
         step = _step_of_gpu(trace, ts)  # a chain is code inside one step: it never spans two
         same = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1]) & (ts[1:] - end[:-1] <= max_gap_ns)
         same &= step[1:] == step[:-1]
+        same &= ~_blocking_between_launches(trace, rows)
         prev_out = out_numel[:-1]
         feeds = np.zeros(n - 1, dtype=bool)
         for i in range(MAX_INPUT_LINKS):
@@ -504,6 +513,37 @@ def fusion_chains(trace: Trace, k: pd.DataFrame, max_gap_ns: float) -> pd.DataFr
     chains.attrs["kernel_rows"] = df["row"].to_numpy()[member]
     chains.attrs["kernel_chain"] = df["chain"].to_numpy()[member]
     return chains
+
+
+def _blocking_between_launches(trace: Trace, rows: I64) -> BOOL:
+    """For each two consecutive gpu rows of ``rows``: whether a blocking runtime call
+    (``BLOCKING_CALLS``: a synchronize, a synchronous copy, ``.item()``'s) runs on the later
+    kernel's launching thread after the earlier kernel's launch and before the later one's. Rows
+    without a launch record break nothing."""
+    out = np.zeros(max(len(rows) - 1, 0), dtype=bool)
+    rt = trace.runtime
+    if len(rows) < 2 or not len(rt):
+        return out
+    names = rt["name"].astype(str)
+    blocking = np.flatnonzero(names.isin(BLOCKING_CALLS).to_numpy())
+    if not len(blocking):
+        return out
+    rt_ts = rt["ts_ns"].to_numpy()
+    threads = thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy())
+    launch = trace.gpu["launch"].to_numpy()[rows]
+    prev, nxt = launch[:-1], launch[1:]
+    has = (prev >= 0) & (nxt >= 0)
+    if not has.any():
+        return out
+    lo, hi, th = rt_ts[prev[has]], rt_ts[nxt[has]], threads[nxt[has]]
+    hit = np.zeros(len(lo), dtype=bool)
+    for t in np.unique(th).tolist():
+        b = np.sort(rt_ts[blocking[threads[blocking] == t]])
+        mine = th == t
+        if len(b):
+            hit[mine] = np.searchsorted(b, hi[mine], side="left") > np.searchsorted(b, lo[mine], side="right")
+    out[np.flatnonzero(has)] = hit
+    return out
 
 
 def fused_chain_ns(chains: pd.DataFrame, bytes_per_s: float, flops_per_s: float) -> F64:
