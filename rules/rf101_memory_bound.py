@@ -84,8 +84,9 @@ class MemoryBound(Rule[Options]):
     it is the host's time between their launches, which the profiler inflates and the capture's
     host speed moves (`max_gap_us` sets a limit; none by default). Kernels other rules own are
     left out: those of ops inside `Optimizer.*` annotations (`optimizer-not-fused`) and, when
-    attention runs unfused, those on score-sized tensors (`unfused-attention`). The saving is a what-if replay (scenario
-    `fuse-elementwise`, `traceadvisor whatif`, on the chains found without a gap limit):
+    attention runs unfused, those on score-sized tensors (`unfused-attention`). The saving is a
+    what-if replay (scenario `fuse-elementwise`, `traceadvisor whatif`, on the chains found
+    without a gap limit):
     each chain becomes one kernel moving the chain's bytes less the write and re-read of every
     intermediate tensor at the bandwidth the trace's own big memory-bound kernels reach (no
     faster than its FLOPs or a 3 µs kernel floor), and its eager ops one dispatch; the saving is

@@ -25,12 +25,14 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from traceadvisor.analyses.cache import memoised
 from traceadvisor.analyses.idle import MULTI_TENSOR_MARKS
 from traceadvisor.roofline.view import LATENCY_FLOOR_NS, MAX_INPUT_LINKS
 from traceadvisor.roofline.view import of as roofline_of
 from traceadvisor.trace.columns import parse_raw
 from traceadvisor.trace.cuda_api import BLOCKING_CALLS
 from traceadvisor.trace.model import Trace
+from traceadvisor.trace.steps import name_codes
 from traceadvisor.whatif.host_time import HostTimeMap, Region, thread_key
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides
@@ -174,17 +176,27 @@ def _launch_region(trace: Trace, rows: I64) -> Region | None:
     return Region(int(th[0]), lo, hi, FUSED_OP_HOST_NS)
 
 
+@memoised
+def _blocking_starts(trace: Trace) -> dict[int, I64]:
+    """Per host thread (``thread_key``), the sorted start times of its blocking runtime calls
+    (``BLOCKING_CALLS``: a synchronize, a synchronous copy, ``.item()``'s); once per trace, names
+    tested once per distinct name."""
+    rt = trace.runtime
+    if not len(rt):
+        return {}
+    codes, categories = name_codes(rt["name"])
+    hit = np.array([str(n) in BLOCKING_CALLS for n in categories] + [False], dtype=bool)[codes]
+    rows = np.flatnonzero(hit)
+    ts = rt["ts_ns"].to_numpy()[rows]
+    th = thread_key(rt["pid"].to_numpy()[rows], rt["tid"].to_numpy()[rows])
+    return {int(t): np.sort(ts[th == t]) for t in np.unique(th).tolist()}
+
+
 def _blocks_between(trace: Trace, thread: int, lo: int, hi: int) -> bool:
     """Whether a blocking runtime call (cudaStreamSynchronize, a synchronous copy, ...) starts on
     ``thread`` inside ``[lo, hi)``."""
-    rt = trace.runtime
-    ts = rt["ts_ns"].to_numpy()
-    inside = np.flatnonzero((ts >= lo) & (ts < hi))
-    if not len(inside):
-        return False
-    th = thread_key(rt["pid"].to_numpy()[inside], rt["tid"].to_numpy()[inside])
-    names = rt["name"].astype(str).to_numpy()[inside]
-    return bool(np.isin(names[th == thread], list(BLOCKING_CALLS)).any())
+    starts = _blocking_starts(trace).get(thread)
+    return starts is not None and bool(np.searchsorted(starts, hi, side="left") > np.searchsorted(starts, lo))
 
 
 def first_input(dims_raw: object, types_raw: object) -> tuple[int, int]:
@@ -516,33 +528,23 @@ def fusion_chains(trace: Trace, k: pd.DataFrame, max_gap_ns: float) -> pd.DataFr
 
 
 def _blocking_between_launches(trace: Trace, rows: I64) -> BOOL:
-    """For each two consecutive gpu rows of ``rows``: whether a blocking runtime call
-    (``BLOCKING_CALLS``: a synchronize, a synchronous copy, ``.item()``'s) runs on the later
-    kernel's launching thread after the earlier kernel's launch and before the later one's. Rows
-    without a launch record break nothing."""
+    """For each two consecutive gpu rows of ``rows``: whether a blocking runtime call starts on the
+    later kernel's launching thread after the earlier kernel's launch and before the later one's
+    (``_blocking_starts``). Rows without a launch record break nothing."""
     out = np.zeros(max(len(rows) - 1, 0), dtype=bool)
+    starts = _blocking_starts(trace)
+    if len(rows) < 2 or not starts:
+        return out
     rt = trace.runtime
-    if len(rows) < 2 or not len(rt):
-        return out
-    names = rt["name"].astype(str)
-    blocking = np.flatnonzero(names.isin(BLOCKING_CALLS).to_numpy())
-    if not len(blocking):
-        return out
-    rt_ts = rt["ts_ns"].to_numpy()
-    threads = thread_key(rt["pid"].to_numpy(), rt["tid"].to_numpy())
     launch = trace.gpu["launch"].to_numpy()[rows]
     prev, nxt = launch[:-1], launch[1:]
-    has = (prev >= 0) & (nxt >= 0)
-    if not has.any():
-        return out
-    lo, hi, th = rt_ts[prev[has]], rt_ts[nxt[has]], threads[nxt[has]]
-    hit = np.zeros(len(lo), dtype=bool)
-    for t in np.unique(th).tolist():
-        b = np.sort(rt_ts[blocking[threads[blocking] == t]])
+    has = np.flatnonzero((prev >= 0) & (nxt >= 0))
+    rt_ts = rt["ts_ns"].to_numpy()
+    lo, hi = rt_ts[prev[has]], rt_ts[nxt[has]]
+    th = thread_key(rt["pid"].to_numpy()[nxt[has]], rt["tid"].to_numpy()[nxt[has]])
+    for t, b in starts.items():
         mine = th == t
-        if len(b):
-            hit[mine] = np.searchsorted(b, hi[mine], side="left") > np.searchsorted(b, lo[mine], side="right")
-    out[np.flatnonzero(has)] = hit
+        out[has[mine]] = np.searchsorted(b, hi[mine], side="left") > np.searchsorted(b, lo[mine], side="right")
     return out
 
 
