@@ -350,6 +350,7 @@ def all_runs(variant: str, calibrated: bool | str) -> int:
     runs = sorted((ROOT / "fixtures" / "pairs12_runs").glob("run_*/pairs12.json"))
     files = [ROOT / "fixtures" / "pairs12.json", *runs]
     totals: dict[str, list[int]] = {}
+    outside: dict[str, list[int]] = {}
     print(f"{'run':42s} {'half':10s} {'steps within 10%':>17s} {'savings within 20%':>19s} {'savings right':>14s}")
     main = json.loads(files[0].read_text())["pairs"]
     for path in files:
@@ -362,6 +363,11 @@ def all_runs(variant: str, calibrated: bool | str) -> int:
                 if p.get("status") != "ok" or main.get(name, {}).get("before_step_us") != p["before_step_us"]
             }
         rows = validate(doc, variant, path.parent / "traces", calibrated)
+        group = "detached" if doc.get("teardown_cupti") == "1" else "attached"
+        for r in rows:  # the measured point (ratio of the sides' medians) outside its paired interval
+            tally = outside.setdefault(group, [0, 0])
+            tally[0] += not r["measured_ci_pct"][0] <= r["measured_saving_pct"] <= r["measured_ci_pct"][1]
+            tally[1] += 1
         for split in ("fit", "validation"):
             mine = [r for r in rows if r["split"] == split]
             errs = [abs(r[f"{s}_error_pct"]) for r in mine for s in ("before", "after") if f"{s}_error_pct" in r]
@@ -375,7 +381,6 @@ def all_runs(variant: str, calibrated: bool | str) -> int:
                 sum(r["right"] for r in judged),
                 len(judged),
             ]
-            group = "detached" if doc.get("teardown_cupti") == "1" else "attached"
             key = f"{group} {split}"
             totals[key] = [a + b for a, b in zip(totals.get(key, [0] * 5), got, strict=True)]
             name = str(path.parent.relative_to(ROOT)) if path.parent.name.startswith("run_") else "fixtures (main)"
@@ -383,6 +388,8 @@ def all_runs(variant: str, calibrated: bool | str) -> int:
     for key, t in sorted(totals.items()):
         group, split = key.split()
         print(counts(f"total, CUPTI {group}", split, t))
+    for group, (n_out, n) in sorted(outside.items()):
+        print(f"CUPTI {group}: {n_out} of {n} pairs' measured saving outside its own paired 95% CI")
     return 0
 
 
