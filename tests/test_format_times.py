@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from traceadvisor.report.format import fmt_time
+from traceadvisor.report.format import fmt_range, fmt_time
 from traceadvisor.rules_api import fmt_ns
 
 
@@ -97,7 +97,11 @@ def test_every_impact_names_its_denominator_as_computed() -> None:
         if f.impact.saving_per_step_us is not None:
             kinds.add("replay")
             assert text.startswith(f"{fmt_time(f.impact.saving_per_step_us)} a step ")
-            assert f"% of the {fmt_time(step.unprofiled_step_us)} predicted unprofiled step)" in text
+            low, high = f.impact.likely_low_per_step_us, f.impact.likely_high_per_step_us
+            assert low is not None and high is not None
+            assert 0.0 <= low <= f.impact.saving_per_step_us <= high <= step.unprofiled_step_us
+            likely = fmt_range(low, high)
+            assert f"% of the {fmt_time(step.unprofiled_step_us)} predicted unprofiled step; likely {likely})" in text
             assert f"; {fmt_time(f.impact.time_us)} over {len(trace.steps.table)} steps" in text
         else:
             kinds.add("estimate")

@@ -17,6 +17,7 @@ from traceadvisor.report.format import fmt_time, measured_source_words
 from traceadvisor.report.model import MeasuredSteps
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.refused import Refused
+from traceadvisor.whatif.saving_range import likely_share_range
 from traceadvisor.whatif.savings import Outcome
 from traceadvisor.whatif.savings import whatif as run_whatif
 from traceadvisor.whatif.scenarios import SCENARIOS, parse
@@ -24,7 +25,8 @@ from traceadvisor.whatif.scenarios import SCENARIOS, parse
 NOTE = (
     "Step times are PREDICTED UNPROFILED step times: the trace's dependency graph replayed without the "
     "profiler's own host cost (whatif/profiler_cost.py), then with each scenario's change; the step time is "
-    "the spacing of step ends. The profiled step is given for reference only."
+    "the spacing of step ends. The profiled step is given for reference only. 'likely' is the range the "
+    "measured saving of real fixes landed in around the replay's prediction (whatif/saving_range.py)."
 )
 
 
@@ -68,6 +70,16 @@ def per_sample_pct(o: Outcome) -> float | None:
     return (o.saving.before_ns - o.saving.after_ns / factor) / o.saving.before_ns * 100.0
 
 
+def likely_pct(o: Outcome) -> list[float] | None:
+    """The likely range of a scenario's gain (``saving_range.likely_share_range``): of the step, or
+    of the time per sample for a scenario that changes the samples per step. None where refused."""
+    if o.saving.refused:
+        return None
+    per_sample = per_sample_pct(o)
+    lo, hi = likely_share_range(per_sample) if per_sample is not None else o.saving.likely_share_pct
+    return [lo, hi]
+
+
 def to_dict(
     trace: str,
     profiled_us: float | None,
@@ -97,6 +109,9 @@ def to_dict(
                 # what a GPU at its power limit may give back of the removed idle (not off the saving)
                 "power_give_back_us": _us(o.saving.power_give_back_ns) if o.saving.power_give_back_ns > 0 else None,
                 "per_sample_saving_pct": per_sample_pct(o),
+                # the range the saving is likely to land in (whatif/saving_range.py), % of the step
+                # (of the time per sample where per_sample_saving_pct is given)
+                "likely_saving_pct": likely_pct(o),
             }
             for o in outcomes
         ],
@@ -119,10 +134,12 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"  {s['name']}: refused: {s['refused']}")
             continue
         findings = "; ".join(s["findings"]) or "no finding"
+        likely = s.get("likely_saving_pct")
+        within = f", likely {likely[0]:.1f}-{likely[1]:.1f}%" if likely is not None else ""
         gain = (
-            f"{s['per_sample_saving_pct']:.1f}% less time per sample"
+            f"{s['per_sample_saving_pct']:.1f}% less time per sample{within}"
             if s["per_sample_saving_pct"] is not None
-            else f"saves {fmt_time(s['saving_per_step_us'])} ({s['saving_pct']:.1f}%)"
+            else f"saves {fmt_time(s['saving_per_step_us'])} ({s['saving_pct']:.1f}%{within})"
         )
         given = s.get("power_give_back_us")
         if given is not None:

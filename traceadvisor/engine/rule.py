@@ -24,6 +24,7 @@ from traceadvisor.engine import claimed_by as engine_claimed_by
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.trace.device import NO_PEAKS_HELP
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.saving_range import likely_saving_range_ns
 
 if TYPE_CHECKING:
     from traceadvisor.ranks.combine import RankRun
@@ -173,13 +174,18 @@ class Rule(Generic[O]):
 
         ``per_step``: (scenario, saving per step ns, predicted unprofiled step ns) from a what-if
         replay (``rule_helpers.replayed``): the impact is the replay difference, its share that over
-        the predicted unprofiled step; ``impact_ns`` is then ignored. ``step_basis``: what that
+        the predicted unprofiled step, with its likely range (``whatif.saving_range``); ``impact_ns``
+        is then ignored. ``step_basis``: what that
         step is, when it is not the replay's prediction (``measured unprofiled``)."""
         impact = None
         if per_step is not None:
             scenario, saving_ns, step_ns = per_step
             steps = max(1, len(trace.steps.table))
             impact = per_step_impact(saving_ns, step_ns, steps, basis, scenario, step_basis)
+            low_ns, high_ns = likely_saving_range_ns(saving_ns, step_ns)
+            impact = dataclasses.replace(
+                impact, likely_low_per_step_us=low_ns / 1000.0, likely_high_per_step_us=high_ns / 1000.0
+            )
         elif impact_ns is not None:
             window = trace.analysed_ns
             share = 100.0 * impact_ns / window if window > 0 else 0.0

@@ -57,6 +57,10 @@ class Impact:
     ``time_us`` the saving over the analysed steps. Otherwise (a rule's own estimate) ``time_us`` is
     over the analysed steps and ``share_pct`` its share of their profiled time.
 
+    ``likely_low_per_step_us``/``likely_high_per_step_us``: a replayed saving's likely range per
+    step (``whatif.saving_range``: how far the GPU pairs' measured savings moved around the
+    replay's prediction); None for a rule's own estimate.
+
     ``step_basis`` names the step a per-step saving's share is of, in words for the report:
     ``predicted unprofiled`` (a replay's), ``measured unprofiled`` (timed by capture or the advisor
     with the profiler off), ``profiled`` (a cross-rank rule's mean rank step)."""
@@ -67,6 +71,8 @@ class Impact:
     saving_per_step_us: float | None = None
     scenario: str | None = None
     step_basis: str | None = None
+    likely_low_per_step_us: float | None = None
+    likely_high_per_step_us: float | None = None
 
 
 # What a location's line is. ``exact``: the line itself (a rule or a capture that knows it). From

@@ -317,7 +317,10 @@ def verdict_lines(v: Verdict) -> list[str]:
         who = f" [{rank_label(f.ranks)}]" if f.ranks else ""
         share = 100.0 * f.saving_per_step_us / v.step_us if v.step_us > 0 else 0.0
         saving, after = fmt_time(f.saving_per_step_us), fmt_time(f.step_after_us)
-        out.append(f"{i}) {f.rule} ({f.code}){who}: −{saving} a step ({share:.0f}%) → {after}")
+        likely = ""
+        if f.likely_low_per_step_us is not None and f.likely_high_per_step_us is not None:
+            likely = f"; likely {fmt_range(f.likely_low_per_step_us, f.likely_high_per_step_us)}"
+        out.append(f"{i}) {f.rule} ({f.code}){who}: −{saving} a step ({share:.0f}%{likely}) → {after}")
     return out
 
 
@@ -351,6 +354,15 @@ def hidden_findings_line(hidden: Sequence[tuple[int, Finding]]) -> str:
     return f"{n} more {what} with no predicted saving: {codes} (--all shows them)"
 
 
+def fmt_range(low_us: float, high_us: float) -> str:
+    """A range of two times in the unit of the larger: ``0-1.210 ms``, ``350.0-980.0 µs``."""
+    high, low = fmt_time(high_us), fmt_time(low_us)
+    unit = high.rsplit(" ", 1)[-1]
+    if low_us == 0.0 or low.endswith(f" {unit}"):
+        return f"{low.rsplit(' ', 1)[0]}-{high}"
+    return f"{low} to {high}"
+
+
 def impact_text(impact: Impact) -> str:
     """A finding's impact with the denominator of its share named and its length shown.
 
@@ -360,7 +372,9 @@ def impact_text(impact: Impact) -> str:
     steps``), the figures the verdict and the what-if use. A rule's
     own estimate: the time over the analysed steps and its share of their span (``trace.analysed_ns``,
     which can be longer than the report's window: it spans both the CPU and the GPU side of the
-    steps): ``1.565 ms (6.1% of the 25.47 ms analysed)``. Each denominator is recovered from the
+    steps): ``1.565 ms (6.1% of the 25.47 ms analysed)``. A replayed saving also gives its likely
+    range (``whatif.saving_range``): ``(73.7% of the 3.050 ms predicted unprofiled step; likely
+    2.081-2.417 ms)``. Each denominator is recovered from the
     impact itself (share = part / whole), so a finding of one rank names that rank's step."""
     share = impact.share_pct
     per_step = impact.saving_per_step_us
@@ -370,7 +384,10 @@ def impact_text(impact: Impact) -> str:
         steps = round(impact.time_us / per_step) if per_step > 0 else 0
         total = f"; {fmt_time(impact.time_us)} over {steps} steps" if steps > 1 else ""
         basis = impact.step_basis or "predicted unprofiled"
-        return f"{head} ({share:.1f}% of the{step} {basis} step){total}"
+        likely = ""
+        if impact.likely_low_per_step_us is not None and impact.likely_high_per_step_us is not None:
+            likely = f"; likely {fmt_range(impact.likely_low_per_step_us, impact.likely_high_per_step_us)}"
+        return f"{head} ({share:.1f}% of the{step} {basis} step{likely}){total}"
     whole = f" {fmt_time(100.0 * impact.time_us / share)}" if share > 0 else ""
     return f"{fmt_time(impact.time_us)} ({share:.1f}% of the{whole} analysed)"
 

@@ -30,6 +30,10 @@ def _maybe_dict(item: Any) -> dict[str, Any] | None:
     return item.to_dict() if item is not None else None
 
 
+def _optional_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
 def _dicts(items: tuple[Any, ...]) -> list[dict[str, Any]]:
     return [i.to_dict() for i in items]
 
@@ -962,6 +966,9 @@ class VerdictFix:
     ranks: tuple[int, ...]
     saving_per_step_us: float
     step_after_us: float
+    # the finding's likely range per step (a replayed saving's: whatif.saving_range), else None
+    likely_low_per_step_us: float | None = None
+    likely_high_per_step_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -970,6 +977,8 @@ class VerdictFix:
             "ranks": list(self.ranks),
             "saving_per_step_us": self.saving_per_step_us,
             "step_after_us": self.step_after_us,
+            "likely_low_per_step_us": self.likely_low_per_step_us,
+            "likely_high_per_step_us": self.likely_high_per_step_us,
         }
 
     @classmethod
@@ -980,6 +989,8 @@ class VerdictFix:
             ranks=tuple(int(r) for r in d.get("ranks") or ()),
             saving_per_step_us=float(d["saving_per_step_us"]),
             step_after_us=float(d["step_after_us"]),
+            likely_low_per_step_us=_optional_float(d.get("likely_low_per_step_us")),
+            likely_high_per_step_us=_optional_float(d.get("likely_high_per_step_us")),
         )
 
 

@@ -5,7 +5,8 @@ else the one measured without the profiler where capture or the advisor timed it
 is not replayed), else the profiled step; with several traces (the ranks of one run) the slowest, since every rank
 waits for it at the collectives. A fix's step after it is the step less that finding's saving per
 step (a replay difference, ``impact.saving_per_step_us``): each fix alone, not combined (``whatif
---apply`` combines them).
+--apply`` combines them), with the finding's likely range where its saving is a replay's
+(``whatif.saving_range``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,15 @@ def verdict_of(traces: Sequence[TraceSummary], findings: Sequence[Finding]) -> V
             ranks=f.ranks,
             saving_per_step_us=saving,
             step_after_us=max(0.0, step - saving),
+            likely_low_per_step_us=_clip(f.impact.likely_low_per_step_us, step),
+            likely_high_per_step_us=_clip(f.impact.likely_high_per_step_us, step),
         )
         for f in with_saving[:TOP_FIXES]
         if f.impact is not None and (saving := min(float(f.impact.saving_per_step_us or 0.0), step)) > 0
     )
     return Verdict(step_us=step, basis=basis, fixes=fixes)
+
+
+def _clip(us: float | None, step: float) -> float | None:
+    """A likely end never beyond the verdict's step (a rank's range against the slowest rank's step)."""
+    return None if us is None else min(us, step)

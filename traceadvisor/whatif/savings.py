@@ -27,6 +27,7 @@ from traceadvisor.whatif.power_limit import GiveBack, give_back
 from traceadvisor.whatif.profiler_cost import gpu_power_state, unprofiled_overrides, unprofiled_replay
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, replay
+from traceadvisor.whatif.saving_range import likely_share_range
 from traceadvisor.whatif.scenarios import SCENARIOS, combine, step_time_ns
 
 
@@ -56,6 +57,14 @@ class Saving:
     def share_pct(self) -> float:
         """The saving over the predicted unprofiled step, %."""
         return self.saving_ns / self.before_ns * 100.0 if self.before_ns > 0 else 0.0
+
+    @property
+    def likely_share_pct(self) -> tuple[float, float]:
+        """The likely range of the saving, % of the predicted unprofiled step (``saving_range``);
+        (0, 0) for a scenario that found nothing to change."""
+        if self.changed == 0 and self.saving_ns == 0:
+            return 0.0, 0.0
+        return likely_share_range(self.share_pct)
 
     def reaches(self, min_pct: float) -> bool:
         """Whether the scenario applied and saves at least ``min_pct`` of the predicted unprofiled

@@ -1,0 +1,125 @@
+"""The likely range of a replayed saving (whatif/saving_range.py): its arithmetic, how it is fitted
+(bench/pairs_validation.py's ``fit_band``), that every replayed finding and what-if scenario carries
+one around its saving, and that it holds the measured savings of a clean GPU run's validation pairs
+at least as often as it was fitted to."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from types import ModuleType
+
+import pytest
+from fixture_paths import REPO
+
+from traceadvisor.whatif.saving_range import (
+    RANGE_COVERAGE,
+    RANGE_RELATIVE,
+    RANGE_STEP_PCT,
+    likely_saving_range_ns,
+    likely_share_range,
+)
+
+
+def _pairs_validation() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("pairs_validation", REPO / "bench" / "pairs_validation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("pairs_validation", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+pv = _pairs_validation()
+
+
+def test_the_range_widens_the_share_by_both_parts_and_stays_inside_the_step() -> None:
+    lo, hi = likely_share_range(40.0)
+    half = RANGE_RELATIVE * 40.0 + RANGE_STEP_PCT
+    assert (lo, hi) == pytest.approx((40.0 - half, 40.0 + half))
+    assert likely_share_range(1.0)[0] == 0.0  # never below no saving
+    assert likely_share_range(99.0)[1] == 100.0  # never more than the step
+    assert likely_share_range(0.0) == pytest.approx((0.0, RANGE_STEP_PCT))
+    widths = [hi - lo for lo, hi in map(likely_share_range, (10.0, 20.0, 40.0))]
+    assert widths == sorted(widths) and widths[0] < widths[-1]  # the relative part grows with the saving
+
+
+def test_the_range_in_time_is_the_share_range_of_the_step() -> None:
+    lo, hi = likely_saving_range_ns(2_000.0, 10_000.0)
+    share_lo, share_hi = likely_share_range(20.0)
+    assert (lo, hi) == pytest.approx((share_lo * 100.0, share_hi * 100.0))
+    assert likely_saving_range_ns(5.0, 0.0) == (0.0, 0.0)
+
+
+def _row(pred: float, meas: float) -> dict[str, float]:
+    return {"predicted_saving_pct": pred, "measured_saving_pct": meas}
+
+
+def test_a_measured_saving_is_inside_when_the_range_holds_it_and_no_gain_when_it_reaches_zero() -> None:
+    assert pv.inside_range(_row(10.0, 13.0), 0.0, 3.0)
+    assert not pv.inside_range(_row(10.0, 13.5), 0.0, 3.0)
+    assert pv.inside_range(_row(10.0, 13.5), 0.05, 3.0)
+    assert pv.inside_range(_row(2.0, -4.0), 0.0, 2.0)  # measured slower: the range reaches no saving
+    assert not pv.inside_range(_row(6.0, -4.0), 0.0, 2.0)
+
+
+def test_the_fitted_band_is_the_narrowest_on_the_grid_that_holds_the_share_asked() -> None:
+    # ten savings: eight within 1 point of the prediction, two off by 4 points
+    rows = [_row(20.0, 20.0 + d) for d in (0.5, -0.5, 1.0, -1.0, 0.25, -0.25, 0.75, -0.75)]
+    rows += [_row(20.0, 24.0), _row(20.0, 16.0)]
+    rel, step = pv.fit_band(rows, coverage=0.8)
+    assert (rel, step) == (0.0, 1.0)
+    rel, step = pv.fit_band(rows, coverage=1.0)
+    assert sum(pv.inside_range(r, rel, step) for r in rows) == 10
+    assert pv.band_width(rows, rel, step) == pytest.approx(8.0)  # ±4 points, whichever split of them
+
+
+def test_the_oracle_is_each_pairs_median_measured_saving() -> None:
+    per_run = {
+        "a": {1: {**_row(10.0, 10.0), "split": "validation"}, 2: {**_row(10.0, 20.0), "split": "validation"}},
+        "b": {1: {**_row(5.0, 5.0), "split": "validation"}, 3: {**_row(9.0, 5.5), "split": "fit"}},
+    }
+    # a's median is 15: neither 10 nor 20 is within 20% of it; b's validation run is its own median
+    oracle, replay, n = pv.oracle_within(per_run, "validation")
+    assert (oracle, replay, n) == (1, 2, 3)
+
+
+def test_every_replayed_finding_and_scenario_carries_a_range_around_its_saving() -> None:
+    from traceadvisor.pipeline import analyze
+    from traceadvisor.trace.load import load_file
+    from traceadvisor.whatif.savings import whatif
+
+    path = REPO / "fixtures" / "traces" / "train_step.json.gz"
+    report = analyze([path])
+    replayed = [f for f in report.findings if f.impact is not None and f.impact.scenario is not None]
+    assert replayed
+    for f in replayed:
+        assert f.impact is not None and f.impact.saving_per_step_us is not None
+        low, high = f.impact.likely_low_per_step_us, f.impact.likely_high_per_step_us
+        assert low is not None and high is not None
+        assert low <= f.impact.saving_per_step_us <= high
+        assert high - low > 0
+    assert report.verdict is not None
+    for fix in report.verdict.fixes:
+        assert fix.likely_low_per_step_us is not None and fix.likely_high_per_step_us is not None
+        assert fix.likely_low_per_step_us <= fix.saving_per_step_us <= fix.likely_high_per_step_us
+    outcomes = whatif(load_file(path), ["cuda-graphs", "no-sync"])
+    graphs, no_sync = outcomes[0].saving, outcomes[1].saving
+    lo, hi = graphs.likely_share_pct
+    assert lo < graphs.share_pct < hi
+    assert no_sync.changed == 0 and no_sync.likely_share_pct == (0.0, 0.0)  # nothing to change, nothing to gain
+
+
+CLEAN_RUN = REPO / "fixtures" / "pairs12_runs" / "run_32"
+
+
+def test_the_range_holds_a_fresh_runs_validation_savings_as_often_as_it_was_fitted_to() -> None:
+    """Run 32 (H200, the validation pairs alone, none used to fit the range): each pair's measured
+    saving against the range of the saving the replay predicts from its first capture, calibrated
+    as ``traceadvisor capture`` stores it."""
+    doc = json.loads((CLEAN_RUN / "pairs12.json").read_text())
+    rows = [r for r in pv.validate(doc, "stack", CLEAN_RUN / "traces", True) if "predicted_saving_pct" in r]
+    assert {r["split"] for r in rows} == {"validation"} and len(rows) >= 12
+    held = sum(pv.inside_range(r, RANGE_RELATIVE, RANGE_STEP_PCT) for r in rows)
+    assert held >= RANGE_COVERAGE * len(rows)
