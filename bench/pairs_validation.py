@@ -628,6 +628,10 @@ def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
         c["median_right"] += bool(right(row))
         c["each_20"] += sum(strictly(r) for r in rows)
         c["each"] += len(rows)
+        c["each_in_range"] = c.get("each_in_range", 0) + sum(
+            inside_range(r, RANGE_RELATIVE, RANGE_STEP_PCT) for r in rows
+        )
+        c["median_in_range"] = c.get("median_in_range", 0) + inside_range(row, RANGE_RELATIVE, RANGE_STEP_PCT)
         for side in ("before", "after"):
             c["steps"] += 1
             c["steps_10"] += abs(err_pct(steps[side], r0[f"{side}_measured_us"])) <= 10.0
@@ -649,6 +653,10 @@ def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
         f"median over captures within 20% of the measured saving: {c['median_20']}/{c['pairs']}, right (within 20% "
         f"or the 95% CI): {c['median_right']}/{c['pairs']}; single captures within 20%: {c['each_20']}/{c['each']}; "
         f"median predicted steps within 10%: {c['steps_10']}/{c['steps']}"
+    )
+    print(
+        f"measured saving inside the likely range (whatif/saving_range.py): of each capture's prediction "
+        f"{c['each_in_range']}/{c['each']}, of the median over captures {c['median_in_range']}/{c['pairs']}"
     )
     if c.get("outside"):
         print(
