@@ -1,7 +1,8 @@
 """The likely range of a replayed saving (whatif/saving_range.py): its arithmetic, how it is fitted
 (bench/pairs_validation.py's ``fit_band``), that every replayed finding and what-if scenario carries
-one around its saving, and that it holds the measured savings of a clean GPU run's validation pairs
-at least as often as it was fitted to."""
+one around its saving, and how often it holds the measured savings of fresh runs' validation
+captures: run 32 at least as often as it was fitted to, run 36 (captured after the fit) less, asserted
+as a known shortfall."""
 
 from __future__ import annotations
 
@@ -111,15 +112,31 @@ def test_every_replayed_finding_and_scenario_carries_a_range_around_its_saving()
     assert no_sync.changed == 0 and no_sync.likely_share_pct == (0.0, 0.0)  # nothing to change, nothing to gain
 
 
-CLEAN_RUN = REPO / "fixtures" / "pairs12_runs" / "run_32"
+RUNS = REPO / "fixtures" / "pairs12_runs"
+# Runs of the validation pairs alone, captured three times a side on a fresh machine, none used to fit
+# the range. Run 36 was captured after the fit to check it (fixtures/capture_run36.sh) and held 28 of
+# 45 captures: below the coverage asked, asserted as such so that a mend of the model it exposed
+# (docs/whatif.md, "Run 36") makes this fail and the entry goes.
+KNOWN_SHORT = {
+    "run_36": "out of sample the range held 62% (gpt_compile's compiled host time, gpt_loss at the host/GPU "
+    "balance, resnet50_bf16_cl's H100 batch norm): docs/whatif.md, 'Run 36'",
+}
 
 
-def test_the_range_holds_a_fresh_runs_validation_savings_as_often_as_it_was_fitted_to() -> None:
-    """Run 32 (H200, the validation pairs alone, none used to fit the range): each pair's measured
-    saving against the range of the saving the replay predicts from its first capture, calibrated
-    as ``traceadvisor capture`` stores it."""
-    doc = json.loads((CLEAN_RUN / "pairs12.json").read_text())
-    rows = [r for r in pv.validate(doc, "stack", CLEAN_RUN / "traces", True) if "predicted_saving_pct" in r]
-    assert {r["split"] for r in rows} == {"validation"} and len(rows) >= 12
+@pytest.mark.parametrize("run", ["run_32", "run_36"])
+def test_the_range_holds_a_fresh_runs_validation_captures_as_often_as_it_was_fitted_to(run: str) -> None:
+    """Each pair's measured saving against the range of the saving the replay predicts from each of its
+    captures, calibrated as ``traceadvisor capture`` stores it (``pairs_validation.py --captures``)."""
+    doc = json.loads((RUNS / run / "pairs12.json").read_text())
+    assert {p["split"] for p in doc["pairs"].values()} == {"validation"}
+    rows = []
+    for name, p in doc["pairs"].items():
+        for got in p["captures"]:
+            one = {"pairs": {name: dict(p, traces=got)}}
+            rows += [r for r in pv.validate(one, "stack", RUNS / run / "traces", True) if "predicted_saving_pct" in r]
+    assert len(rows) == 3 * len(doc["pairs"]) >= 36
     held = sum(pv.inside_range(r, RANGE_RELATIVE, RANGE_STEP_PCT) for r in rows)
-    assert held >= RANGE_COVERAGE * len(rows)
+    if run in KNOWN_SHORT:
+        assert held < RANGE_COVERAGE * len(rows), f"{run} now holds {held} of {len(rows)}: drop its exception"
+        pytest.xfail(KNOWN_SHORT[run])
+    assert held >= RANGE_COVERAGE * len(rows), f"{held} of {len(rows)}"

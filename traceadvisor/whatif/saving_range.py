@@ -7,9 +7,9 @@ minutes by more than 20% around their median on 10 of the 15 validation pairs (g
 the step, tfm_infer_compile 4.6-22.3%, item_gpu 0.2-4.1%: ``python bench/pairs_validation.py
 --across-runs --calibrated``), because the host's speed decides how much of a launch-bound step a fix
 can take back. So no point prediction from one trace can be within 20% of every measurement: a
-prediction equal to each pair's median measured saving over all runs, known only afterwards, is
-within 20% of 107 of the 139 per-run measurements of the validation half, and the replay's
-per-run predictions of 105. What a user can act on is the range a fix's saving lands in.
+prediction equal to each pair's median measured saving over all runs (14-36), known only afterwards,
+is within 20% of 115 of the 154 per-run measurements of the validation half, and the replay's
+per-run predictions of 114. What a user can act on is the range a fix's saving lands in.
 
 The range is the prediction widened by a share of itself and a share of the step,
 ``share ± (RANGE_RELATIVE * share + RANGE_STEP_PCT)``, clipped to [0, 100] % of the step. Both
@@ -17,6 +17,8 @@ constants are fitted on the fit half of the GPU pairs alone (every clean run 14-
 savings of 16 pairs), as the narrowest such band (median width over the fit savings) that holds
 ``RANGE_COVERAGE`` of them; the validation half (139 per-run savings of 15 pairs, never used to fit)
 reports how often it holds there: ``python bench/pairs_validation.py --fit-range --calibrated``.
+A fresh machine held less (run 36: 62% of its captures), so the range is a measured spread, not a
+bound.
 The relative part covers the model's misses that grow with the saving (the compiled trainers'
 host-time share), the step part the noise that does not (a GPU-bound ``.item()`` loop's 1-3% of
 the step moves by a point or two with the GPU's clock under its power limit).
@@ -26,7 +28,8 @@ from __future__ import annotations
 
 # Fitted on the fit half of the clean GPU pairs (runs 14-34, calibrated as capture gives it; 2026-12-06):
 # ``bench/pairs_validation.py --fit-range --calibrated``. Held 52 of 64 fit savings (81%) and 130 of
-# 139 validation savings (94%).
+# 139 validation savings of runs 14-34 (94%); out of sample, on run 36 (a fresh H100 captured after the
+# fit), only 28 of 45 captures (62%): docs/whatif.md, "Run 36".
 RANGE_COVERAGE = 0.8
 RANGE_RELATIVE = 0.05
 RANGE_STEP_PCT = 5.5
