@@ -67,36 +67,55 @@ NHWC_CONV_RATIO = 1.0
 # otherwise. Under autocast (bf16 input, fp32 weight: cuDNN is skipped) ATen's own kernels run, with
 # separate channels_last variants (aten/src/ATen/native/cuda/Normalization.cuh). The NCHW kernels
 # reach 0.1-0.5 of the HBM bandwidth on an H200. Each is replaced by the channels_last kernels that
-# do its work, each taking ``efficiency`` x the time its passes over the input take at the rate the
-# trace's own big elementwise kernels stream (never under the latency floor). The passes are those
-# of the two-pass algorithm: forward reads x for the statistics, reads it again and writes y (3);
-# backward reads x and dy for the reductions, reads them again and writes dx (5).
-NHWC_BN_EFFICIENCY = 1.19  # cuDNN's persistent kernels, forward and backward (one constant)
+# do its work. The passes are those of the two-pass algorithm: forward reads x for the statistics,
+# reads it again and writes y (3); backward reads x and dy for the reductions, reads them again and
+# writes dx (5). Each kernel takes, per byte of its passes, ``memory`` x the time the trace's own big
+# elementwise kernels take to stream a byte (the HBM side) plus ``sm_ns_per_byte`` (the SM side:
+# the reductions, the per-channel work, which does not follow the memory's bandwidth), the latter
+# for 132 SMs and scaled by the trace's SM count (the SM clock is not in the trace; the fits are
+# H100 and H200 SXM, both 132 SMs at up to 1,980 MHz). One term alone does not carry over between
+# GPUs: fitted on an H200 at its streaming rate only, these kernels were predicted 41% (ATen) and 10%
+# (cuDNN) slower than they ran on an H100 (resnet50_bf16_cl and resnet50_cl, run 36), whose HBM
+# streams 27% slower while the kernels ran only 12% slower.
+FIT_SMS = 132
 
 
 @dataclass(frozen=True)
 class ChannelsLastKernel:
-    """A channels_last batch-norm kernel: its name, its passes over the op's input, its efficiency."""
+    """A channels_last batch-norm kernel: its name, its passes over the op's input, and its time per
+    byte of those passes: ``memory`` x the trace's streaming time per byte plus ``sm_ns_per_byte``
+    (at ``FIT_SMS`` SMs)."""
 
     name: str
     passes: int
-    efficiency: float
+    memory: float
+    sm_ns_per_byte: float
+
+    def ns(self, nbytes: float, rate: float, sms: int) -> float:
+        """Its time for ``nbytes`` per pass at a streaming ``rate`` (bytes/s) on ``sms`` SMs."""
+        per_byte = self.memory / rate * 1e9 + self.sm_ns_per_byte * FIT_SMS / sms
+        return max(LATENCY_FLOOR_NS, self.passes * nbytes * per_byte)
 
 
-# Each NCHW training batch-norm kernel (by name) and the channels_last kernels that replace it.
-# Efficiencies fitted on fit pairs alone (``python bench/channels_last_bn.py``): cuDNN's on
-# conv_cl_gpu's after traces (run 23), ATen's on conv_bf16_cl_gpu's (run 25); the validation pairs
-# (resnet50_cl, resnet50_bf16_cl, conv_cl) are checked there, not fitted.
+# Each NCHW training batch-norm kernel (by name) and the channels_last kernels that replace it. Both
+# terms fitted on fit pairs alone, on two GPUs (``python bench/channels_last_bn.py``, least squares over
+# the captures): cuDNN's persistent kernels (one pair of terms for forward and backward) on
+# conv_cl_gpu's after traces (run 23, H200; run 37, H100), ATen's on conv_bf16_cl_gpu's (run 25, H200;
+# run 37, H100); the validation pairs (resnet50_cl, resnet50_bf16_cl, conv_cl) are checked there, not
+# fitted.
+_CUDNN_BN = (0.899, 6.66e-5)  # cuDNN's persistent kernels, forward and backward (one pair of terms)
 NCHW_BATCH_NORM: dict[str, tuple[ChannelsLastKernel, ...]] = {
-    "bn_fw_tr_1C11": (ChannelsLastKernel("batchnorm_fwtr_nhwc", 3, NHWC_BN_EFFICIENCY),),
-    "bn_bw_1C11": (ChannelsLastKernel("batchnorm_bwtr_nhwc", 5, NHWC_BN_EFFICIENCY),),
+    "bn_fw_tr_1C11": (ChannelsLastKernel("batchnorm_fwtr_nhwc", 3, *_CUDNN_BN),),
+    "bn_bw_1C11": (ChannelsLastKernel("batchnorm_bwtr_nhwc", 5, *_CUDNN_BN),),
     "batch_norm_collect_statistics_kernel": (
-        ChannelsLastKernel("batch_norm_collect_statistics_channels_last", 1, 7.70),
+        ChannelsLastKernel("batch_norm_collect_statistics_channels_last", 1, 1.243, 1.524e-3),
     ),
-    "batch_norm_transform_input_kernel": (ChannelsLastKernel("batch_norm_transform_input_channels_last", 2, 1.98),),
+    "batch_norm_transform_input_kernel": (
+        ChannelsLastKernel("batch_norm_transform_input_channels_last", 2, 0.694, 3.05e-4),
+    ),
     "batch_norm_backward_kernel": (
-        ChannelsLastKernel("batch_norm_backward_reduce_channels_last", 2, 2.51),
-        ChannelsLastKernel("batch_norm_backward_elemt_channels_last", 3, 1.71),
+        ChannelsLastKernel("batch_norm_backward_reduce_channels_last", 2, 0.971, 3.64e-4),
+        ChannelsLastKernel("batch_norm_backward_elemt_channels_last", 3, 0.436, 3.00e-4),
     ),
 }
 NCHW_BN_KERNEL = re.compile("|".join(NCHW_BATCH_NORM))
@@ -410,6 +429,13 @@ def streaming_bandwidth(trace: Trace) -> float:
     return BANDWIDTH_EFFICIENCY * roof.peaks.bytes_per_s if roof.peaks is not None else float("nan")
 
 
+def trace_sms(trace: Trace) -> int:
+    """The SM count of the trace's busiest device (``deviceProperties.numSms``), else ``FIT_SMS``."""
+    props = trace.device_properties() or {}
+    sms = props.get("numSms")
+    return int(sms) if isinstance(sms, int | float) and sms > 0 else FIT_SMS
+
+
 @memoised
 def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
     """The NCHW training batch-norm kernels (rows of ``trace.kernels``) and each one's predicted
@@ -427,6 +453,7 @@ def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
     rate = streaming_bandwidth(trace)
     if not np.isfinite(rate) or rate <= 0:
         return {}
+    sms = trace_sms(trace)
     host = trace.host
     names = host["name"].astype(str).to_numpy()
     dims, types = host["input_dims"].to_numpy(), host["input_types"].to_numpy()
@@ -436,10 +463,7 @@ def nhwc_batch_norm_ns(trace: Trace) -> dict[int, int]:
             continue
         numel, size = first_input(dims[o], types[o])
         if numel > 0:
-            ns = sum(
-                max(LATENCY_FLOOR_NS, c.efficiency * c.passes * numel * size / rate * 1e9)
-                for c in NCHW_BATCH_NORM[kernel]
-            )
+            ns = sum(c.ns(numel * size, rate, sms) for c in NCHW_BATCH_NORM[kernel])
             out[int(r)] = round(ns)
     return out
 
