@@ -611,6 +611,7 @@ def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
         f"{'median':>6s} {'err%':>6s} | {'steps µs before meas/pred':>25s} {'after meas/pred':>17s}"
     )
     c = {"median_20": 0, "median_right": 0, "each_20": 0, "each": 0, "pairs": 0, "steps_10": 0, "steps": 0}
+    in_range: dict[str, list[int]] = {}  # per half: captures inside, captures, medians inside, pairs
     for name, rows in per_pair.items():
         rows = [r for r in rows if "predicted_saving_pct" in r]
         if not rows:
@@ -628,10 +629,11 @@ def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
         c["median_right"] += bool(right(row))
         c["each_20"] += sum(strictly(r) for r in rows)
         c["each"] += len(rows)
-        c["each_in_range"] = c.get("each_in_range", 0) + sum(
-            inside_range(r, RANGE_RELATIVE, RANGE_STEP_PCT) for r in rows
-        )
-        c["median_in_range"] = c.get("median_in_range", 0) + inside_range(row, RANGE_RELATIVE, RANGE_STEP_PCT)
+        tally = in_range.setdefault(r0["split"], [0, 0, 0, 0])
+        tally[0] += sum(inside_range(r, RANGE_RELATIVE, RANGE_STEP_PCT) for r in rows)
+        tally[1] += len(rows)
+        tally[2] += inside_range(row, RANGE_RELATIVE, RANGE_STEP_PCT)
+        tally[3] += 1
         for side in ("before", "after"):
             c["steps"] += 1
             c["steps_10"] += abs(err_pct(steps[side], r0[f"{side}_measured_us"])) <= 10.0
@@ -654,10 +656,11 @@ def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
         f"or the 95% CI): {c['median_right']}/{c['pairs']}; single captures within 20%: {c['each_20']}/{c['each']}; "
         f"median predicted steps within 10%: {c['steps_10']}/{c['steps']}"
     )
-    print(
-        f"measured saving inside the likely range (whatif/saving_range.py): of each capture's prediction "
-        f"{c['each_in_range']}/{c['each']}, of the median over captures {c['median_in_range']}/{c['pairs']}"
-    )
+    for split, (each, n, med, pairs) in sorted(in_range.items()):
+        print(
+            f"{split}: measured saving inside the likely range (whatif/saving_range.py): of each capture's "
+            f"prediction {each}/{n}, of the median over captures {med}/{pairs}"
+        )
     if c.get("outside"):
         print(
             f"! {c['outside']} measured saving(s) outside their own 95% CI (ratio of the sides' medians against the "

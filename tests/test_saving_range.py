@@ -42,8 +42,10 @@ def test_the_range_widens_the_share_by_both_parts_and_stays_inside_the_step() ->
     assert likely_share_range(1.0)[0] == 0.0  # never below no saving
     assert likely_share_range(99.0)[1] == 100.0  # never more than the step
     assert likely_share_range(0.0) == pytest.approx((0.0, RANGE_STEP_PCT))
-    widths = [hi - lo for lo, hi in map(likely_share_range, (10.0, 20.0, 40.0))]
-    assert widths == sorted(widths) and widths[0] < widths[-1]  # the relative part grows with the saving
+    for share in (10.0, 20.0, 40.0):  # unclipped: both parts on each side
+        lo, hi = likely_share_range(share)
+        assert hi - lo == pytest.approx(2.0 * (RANGE_RELATIVE * share + RANGE_STEP_PCT))
+    assert likely_share_range(30.0, relative=0.5, step_pct=1.0) == pytest.approx((14.0, 46.0))
 
 
 def test_the_range_in_time_is_the_share_range_of_the_step() -> None:
@@ -113,28 +115,31 @@ def test_every_replayed_finding_and_scenario_carries_a_range_around_its_saving()
 
 
 RUNS = REPO / "fixtures" / "pairs12_runs"
-# Runs of the validation pairs alone, captured three times a side on a fresh machine, none used to fit
-# the range. Run 36 was captured after the fit to check it (fixtures/capture_run36.sh) and held 28 of
-# 45 captures: below the coverage asked, asserted as such so that a mend of the model it exposed
-# (docs/whatif.md, "Run 36") makes this fail and the entry goes.
+# Runs of every validation pair, captured three times a side on a fresh machine, none used to fit the
+# range. Runs 36 and 37 were captured after the fit to check it (fixtures/capture_run36.sh, 37.sh).
+# Run 36 held 28 of 45 captures (31 since the batch-norm model's H100 fit): below the coverage asked,
+# asserted as such so that a mend of the model it exposed (docs/whatif.md, "Run 36") makes this fail
+# and the entry goes.
 KNOWN_SHORT = {
-    "run_36": "out of sample the range held 62% (gpt_compile's compiled host time, gpt_loss at the host/GPU "
-    "balance, resnet50_bf16_cl's H100 batch norm): docs/whatif.md, 'Run 36'",
+    "run_36": "out of sample the range held 31 of 45 captures (gpt_compile's compiled host time, gpt_loss at the "
+    "host/GPU balance, conv_cl and storm_compile measured outside their own CI): docs/whatif.md, 'Run 36'",
 }
 
 
-@pytest.mark.parametrize("run", ["run_32", "run_36"])
+@pytest.mark.parametrize("run", ["run_32", "run_36", "run_37"])
 def test_the_range_holds_a_fresh_runs_validation_captures_as_often_as_it_was_fitted_to(run: str) -> None:
-    """Each pair's measured saving against the range of the saving the replay predicts from each of its
-    captures, calibrated as ``traceadvisor capture`` stores it (``pairs_validation.py --captures``)."""
+    """Each validation pair's measured saving against the range of the saving the replay predicts from
+    each of its captures, calibrated as ``traceadvisor capture`` stores it (``pairs_validation.py
+    --captures``). Run 37 also holds two fit pairs (the batch-norm kernels' H100 fit), left out here."""
     doc = json.loads((RUNS / run / "pairs12.json").read_text())
-    assert {p["split"] for p in doc["pairs"].values()} == {"validation"}
+    validation = {name: p for name, p in doc["pairs"].items() if p["split"] == "validation"}
+    assert len(validation) == 15
     rows = []
-    for name, p in doc["pairs"].items():
+    for name, p in validation.items():
         for got in p["captures"]:
             one = {"pairs": {name: dict(p, traces=got)}}
             rows += [r for r in pv.validate(one, "stack", RUNS / run / "traces", True) if "predicted_saving_pct" in r]
-    assert len(rows) == 3 * len(doc["pairs"]) >= 36
+    assert len(rows) == 3 * len(validation)
     held = sum(pv.inside_range(r, RANGE_RELATIVE, RANGE_STEP_PCT) for r in rows)
     if run in KNOWN_SHORT:
         assert held < RANGE_COVERAGE * len(rows), f"{run} now holds {held} of {len(rows)}: drop its exception"
