@@ -7,7 +7,11 @@ and the conftest fixture take the folder from here, so one constant names it.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_TRACES = REPO / "fixtures" / "traces"
@@ -30,3 +34,16 @@ def external_traces() -> list[Path]:
 
 # One rank of a real 2-process gloo DDP run with an injected input delay (fixtures/capture_multirank.py).
 MULTIRANK_INPUT_DELAY_RANK1 = FIXTURE_TRACES / "multirank" / "input_delay_2r" / "rank1.json.gz"
+
+
+@cache
+def bench_module(name: str) -> ModuleType:
+    """``bench/<name>.py`` imported once (the bench scripts are not a package): the tests call the same
+    functions the reproducing commands do. Registered in ``sys.modules`` so dataclasses and pickling
+    inside it find their module."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module

@@ -8,7 +8,6 @@ of the fit came from, checks that the model carries over between GPUs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from functools import cache
 from pathlib import Path
@@ -16,6 +15,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from fixture_paths import bench_module
 
 from traceadvisor.trace.load import load_file
 from traceadvisor.trace.model import Trace
@@ -39,11 +39,7 @@ def _trace(pair: str, side: str, capture: str = "", run: str = "run_23") -> Trac
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("channels_last_bn", REPO / "bench" / "channels_last_bn.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("channels_last_bn")
 
 
 def test_the_constants_are_what_the_fit_pairs_give() -> None:

@@ -3,26 +3,13 @@ each interleaved round's own saving, and the distribution-free confidence interv
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from types import ModuleType
 
 import pytest
-from fixture_paths import REPO
+from fixture_paths import REPO, bench_module
 
-
-def _pairs_validation() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pairs_validation", REPO / "bench" / "pairs_validation.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pairs_validation", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-pv = _pairs_validation()
+pv = bench_module("pairs_validation")
 PAIRS = json.loads((REPO / "fixtures" / "pairs12.json").read_text())["pairs"]
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from fixture_paths import FIXTURE_TRACES, REPO
+from fixture_paths import FIXTURE_TRACES, REPO, bench_module
 
 from traceadvisor.trace.load import load_file
 from traceadvisor.trace.model import Trace
@@ -280,11 +278,7 @@ def test_a_gpu_bound_step_is_calibrated_through_its_kernels_speed(run: int) -> N
     report says so."""
     from traceadvisor.pipeline import analyze_traces
 
-    spec = importlib.util.spec_from_file_location("pairs_validation", REPO / "bench" / "pairs_validation.py")
-    assert spec is not None and spec.loader is not None
-    pv = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pairs_validation", pv)
-    spec.loader.exec_module(pv)
+    pv = bench_module("pairs_validation")
     median_ci, paired_savings = pv.median_ci, pv.paired_savings
 
     trace, pair = _first_capture_with_measured_steps(run, "item_gpu", "before")

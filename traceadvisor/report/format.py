@@ -374,7 +374,7 @@ def impact_text(impact: Impact) -> str:
     which can be longer than the report's window: it spans both the CPU and the GPU side of the
     steps): ``1.565 ms (6.1% of the 25.47 ms analysed)``. A replayed saving also gives its likely
     range (``whatif.saving_range``): ``(73.7% of the 3.050 ms predicted unprofiled step; likely
-    2.081-2.417 ms)``. Each denominator is recovered from the
+    2.004-2.492 ms)``. Each denominator is recovered from the
     impact itself (share = part / whole), so a finding of one rank names that rank's step."""
     share = impact.share_pct
     per_step = impact.saving_per_step_us
