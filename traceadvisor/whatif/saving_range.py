@@ -14,7 +14,7 @@ per-run predictions of 126. What a user can act on is the range a fix's saving l
 The range is the prediction widened by a share of itself and points of the step,
 ``share ± (RANGE_RELATIVE * share + RANGE_STEP_PCT)``, clipped to [0, 100] % of the step. Both
 constants are fitted on the fit half of the GPU pairs alone (every clean run 14-37: 66 per-run
-savings of 16 pairs), as the narrowest such band (median width over the fit savings) that holds
+savings of 14 pairs), as the narrowest such band (median width over the fit savings) that holds
 ``RANGE_COVERAGE`` of them; the validation half (169 per-run savings of 15 pairs, never used to fit)
 reports how often it holds there: ``python bench/pairs_validation.py --fit-range --calibrated``.
 The fit gives no relative part at present: the fit half's misses are as wide on small savings (a
