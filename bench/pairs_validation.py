@@ -4,6 +4,7 @@
     python bench/pairs_validation.py --all-runs [--calibrated]
     python bench/pairs_validation.py --across-runs [--calibrated]
     python bench/pairs_validation.py --fit-range [--calibrated]   (the likely range of a saving, fitted on the fit half)
+    python bench/pairs_validation.py --fit-host-spread   (the profiler-cost factor's plausible range, from the fit half)
     python bench/pairs_validation.py --given [--pairs FILE]   (as --step-time: each side's measured median)
     python bench/pairs_validation.py --intervals [--pairs FILE]   (each pair's saving per step interval)
     python bench/pairs_validation.py --captures [--pairs FILE]   (run 19: the median prediction over N captures)
@@ -49,7 +50,12 @@ sys.path.insert(0, str(ROOT))
 from traceadvisor.capture.gpu_power import POWER_REASONS, interpret  # noqa: E402
 from traceadvisor.trace.load import load_file  # noqa: E402
 from traceadvisor.whatif.power_limit import CAPPED_SHARE  # noqa: E402
-from traceadvisor.whatif.profiler_cost import give_step_time, unprofiled_replay  # noqa: E402
+from traceadvisor.whatif.profiler_cost import (  # noqa: E402
+    HOST_COST_PLAUSIBLE,
+    fitted_calibration,
+    give_step_time,
+    unprofiled_replay,
+)
 from traceadvisor.whatif.refused import Refused  # noqa: E402
 from traceadvisor.whatif.replay import replay  # noqa: E402
 from traceadvisor.whatif.saving_range import (  # noqa: E402
@@ -128,6 +134,8 @@ def err_pct(pred: float, meas: float) -> float:
 # carries one, as findings did on 2026-12-03 (the comparison that put it back beside the saving:
 # whatif/savings.py, ``power_limited``)
 TAKE_OFF_GIVE_BACK = False
+# --fit-range --captures: fit and check the range on every capture of every clean run, not the first
+PER_CAPTURE = False
 
 
 def top_sm_clock_mhz(run: Path) -> float | None:
@@ -230,8 +238,10 @@ def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
                     ratio = per["after"] / per["before"]
                     a = s.after_ns / 1e3  # a larger batch lengthens the step: saving_ns (>= 0) would read 0
                     row["predicted_saving_pct"] = (b - a / ratio) / b * 100.0 if b else math.nan
+                    row["host_shares_pct"] = [(hb - ha / ratio) / hb * 100.0 for hb, ha in s.host_alternatives if hb]
                 else:
                     row["predicted_saving_pct"] = s.share_pct
+                    row["host_shares_pct"] = list(s.host_shares_pct)
         row["measured_saving_pct"] = p["measured_saving_pct"]
         row["measured_ci_pct"] = median_ci(paired_savings(p))
         if "predicted_saving_pct" in row:
@@ -287,15 +297,22 @@ def main() -> int:
         "and how often it holds on each half",
     )
     ap.add_argument(
+        "--fit-host-spread",
+        action="store_true",
+        help="the plausible range of the profiler-cost factor where a trace cannot fix it "
+        "(whatif/profiler_cost.py HOST_COST_PLAUSIBLE), from the fit half's calibrated traces",
+    )
+    ap.add_argument(
         "--give-back-off",
         action="store_true",
         help="with --calibrated: take the power-limit model's give-back off each saving (as on 2026-12-03)",
     )
     args = ap.parse_args()
-    global TAKE_OFF_GIVE_BACK
+    global TAKE_OFF_GIVE_BACK, PER_CAPTURE
     TAKE_OFF_GIVE_BACK = args.give_back_off
+    PER_CAPTURE = args.captures and args.fit_range
     calibrated: bool | str = "given" if args.given else args.calibrated
-    if args.captures:
+    if args.captures and not args.fit_range:
         pairs_file = args.pairs if args.pairs != DEFAULT_PAIRS else CAPTURES_RUN
         return captures(json.loads(pairs_file.read_text()), args.variant, pairs_file.parent / "traces", calibrated)
     if args.intervals:
@@ -306,6 +323,8 @@ def main() -> int:
         return across_runs(args.variant, calibrated)
     if args.fit_range:
         return fit_range(args.variant, calibrated)
+    if args.fit_host_spread:
+        return fit_host_spread()
     rows = validate(json.loads(args.pairs.read_text()), args.variant, args.pairs.parent / "traces", calibrated)
     print(
         f"{'pair':12s} {'split':10s} {'scenario':20s} | {'before µs meas/adj/pred':>30s} {'err%':>6s} | "
@@ -455,6 +474,27 @@ def per_run_rows(variant: str, calibrated: bool | str) -> dict[str, dict[int, di
     return per_run
 
 
+def per_capture_rows(variant: str, calibrated: bool | str) -> list[dict[str, Any]]:
+    """``validate``'s rows with a prediction from every capture (``capture_pairs.py --captures N``)
+    of every pair of the clean runs (``teardown_cupti``): the population a saving's range is read
+    on, one capture each, against the measured median of the rounds the captures were spread over."""
+    out = []
+    for path in sorted((ROOT / "fixtures" / "pairs12_runs").glob("run_*/pairs12.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("teardown_cupti") != "1":
+            continue
+        for name, p in doc["pairs"].items():
+            for got in p.get("captures") or [p.get("traces", {})]:
+                files = [r["file"] for k, r in got.items() if k.endswith(f"_{variant}")]
+                if not files or not all(
+                    (path.parent / "traces" / f).exists() or (ROOT / "fixtures" / "traces" / f).exists() for f in files
+                ):
+                    continue
+                rows = validate({"pairs": {name: dict(p, traces=got)}}, variant, path.parent / "traces", calibrated)
+                out.extend(r for r in rows if "predicted_saving_pct" in r)
+    return out
+
+
 def oracle_within(per_run: dict[str, dict[int, dict[str, Any]]], split: str) -> tuple[int, int, int]:
     """(oracle, replay, n) over ``split``'s per-run savings: how many are within 20% (``strictly``)
     of their pair's median measured saving over all runs (the best any one number per pair could
@@ -477,14 +517,21 @@ def oracle_within(per_run: dict[str, dict[int, dict[str, Any]]], split: str) -> 
 def inside_range(row: dict[str, Any], relative: float, step_pct: float) -> bool:
     """Whether the measured saving fell inside the predicted saving's likely range
     (``saving_range.likely_share_range``); a fix that measured no gain: the range reaches 0."""
-    lo, hi = likely_share_range(row["predicted_saving_pct"], relative, step_pct)
+    host = tuple(row.get("host_shares_pct", ()))
+    lo, hi = likely_share_range(row["predicted_saving_pct"], host, relative, step_pct)
     meas = row["measured_saving_pct"]
     return lo <= 0.0 if meas <= 0 else lo <= meas <= hi
 
 
 def band_width(rows: list[dict[str, Any]], relative: float, step_pct: float) -> float:
-    """The median width of the likely range over ``rows``' predictions, points of the step."""
-    return float(np.median([2.0 * (relative * max(r["predicted_saving_pct"], 0.0) + step_pct) for r in rows]))
+    """The median width of the likely range over ``rows``' predictions (unclipped), points of the step."""
+
+    def width(r: dict[str, Any]) -> float:
+        shares = (r["predicted_saving_pct"], *r.get("host_shares_pct", ()))
+        low, high = min(shares), max(shares)
+        return high - low + relative * (max(low, 0.0) + max(high, 0.0)) + 2.0 * step_pct
+
+    return float(np.median([width(r) for r in rows]))
 
 
 def fit_band(rows: list[dict[str, Any]], coverage: float = RANGE_COVERAGE) -> tuple[float, float]:
@@ -507,11 +554,15 @@ def fit_band(rows: list[dict[str, Any]], coverage: float = RANGE_COVERAGE) -> tu
 def fit_range(variant: str, calibrated: bool | str) -> int:
     """The likely range's two constants (``saving_range``) fitted on the fit half's per-run savings
     (``fit_band``), then how often that band, and the one in use, holds on each half."""
-    per_run = per_run_rows(variant, calibrated)
-    halves = {
-        split: [r for rows in per_run.values() for r in rows.values() if r["split"] == split]
-        for split in ("fit", "validation")
-    }
+    if PER_CAPTURE:
+        every = per_capture_rows(variant, calibrated)
+        halves = {split: [r for r in every if r["split"] == split] for split in ("fit", "validation")}
+    else:
+        per_run = per_run_rows(variant, calibrated)
+        halves = {
+            split: [r for rows in per_run.values() for r in rows.values() if r["split"] == split]
+            for split in ("fit", "validation")
+        }
     print(f"fit half: {len(halves['fit'])} per-run savings; coverage asked {RANGE_COVERAGE:.0%}")
     bands = {"fitted": fit_band(halves["fit"]), "in use": (RANGE_RELATIVE, RANGE_STEP_PCT)}
     for label, (rel, step) in bands.items():
@@ -526,6 +577,52 @@ def fit_range(variant: str, calibrated: bool | str) -> int:
             f"{split} outside the range in use (predicted/measured): "
             + ", ".join(f"{r['pair']} {r['predicted_saving_pct']:.1f}/{r['measured_saving_pct']:.1f}" for r in missed)
         )
+    return 0
+
+
+def pinned_host_factors(split: str) -> list[float]:
+    """The profiler-cost factor of every trace of ``split``'s pairs (every capture, both sides, both
+    variants) of the clean runs (``teardown_cupti``) whose steps timed around its capture fixed it
+    (``Calibration.host_pinned``: a host-bound step the bisection met)."""
+    out = []
+    for path in sorted((ROOT / "fixtures" / "pairs12_runs").glob("run_*/pairs12.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("teardown_cupti") != "1":
+            continue
+        for p in doc["pairs"].values():
+            if p.get("status") != "ok" or p.get("split") != split:
+                continue
+            for got in p.get("captures") or [p["traces"]]:
+                for key, rec in got.items():
+                    trace_path = path.parent / "traces" / rec["file"]
+                    if not trace_path.exists():
+                        trace_path = ROOT / "fixtures" / "traces" / rec["file"]
+                    if not rec.get("adjacent_unprofiled_us") or not trace_path.exists():
+                        continue
+                    trace = load_file(trace_path)
+                    side = key.split("_")[0]
+                    meta: dict[str, Any] = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
+                    power = capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(path.parent))
+                    if power is not None:
+                        meta["gpu_power"] = power
+                    trace.meta.traceadvisor = meta
+                    fit = fitted_calibration(trace)
+                    if fit.host_pinned:
+                        out.append(fit.host_cost)
+    return out
+
+
+def fit_host_spread() -> int:
+    """``HOST_COST_PLAUSIBLE``: the 10th and 90th percentiles of the pinned profiler-cost factors
+    (``pinned_host_factors``) of the fit half, and what share of the validation half's lies between."""
+    fit, val = pinned_host_factors("fit"), pinned_host_factors("validation")
+    lo, mid, hi = (float(np.percentile(fit, q)) for q in (10, 50, 90))
+    inside = sum(lo <= f <= hi for f in val)
+    print(
+        f"fit half: {len(fit)} traces whose measured step fixed the factor; 10th/50th/90th percentiles "
+        f"{lo:.3f} / {mid:.3f} / {hi:.3f} (in use: {HOST_COST_PLAUSIBLE[0]:.3f} - {HOST_COST_PLAUSIBLE[1]:.3f})"
+    )
+    print(f"validation half: {inside} of {len(val)} factors inside ({inside / max(1, len(val)):.0%})")
     return 0
 
 
@@ -619,7 +716,10 @@ def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
         r0 = rows[0]
         preds = [r["predicted_saving_pct"] for r in rows]
         med = float(np.median(preds))
-        row = dict(r0, predicted_saving_pct=med)
+        # the captures' host-speed ends (``host_shares_pct``), their lows' and highs' medians
+        ends = [(r["predicted_saving_pct"], *r.get("host_shares_pct", ())) for r in rows]
+        host = [float(np.median([min(e) for e in ends])), float(np.median([max(e) for e in ends]))]
+        row = dict(r0, predicted_saving_pct=med, host_shares_pct=host)
         steps = {
             side: float(np.median([r[f"{side}_predicted_us"] for r in rows if f"{side}_predicted_us" in r]))
             for side in ("before", "after")

@@ -104,11 +104,12 @@ def test_every_replayed_finding_and_scenario_carries_a_range_around_its_saving()
 RUNS = REPO / "fixtures" / "pairs12_runs"
 # Runs of every validation pair, captured three times a side on a fresh machine, none used to fit the
 # range. Runs 36 and 37 were captured after the fit to check it (fixtures/capture_run36.sh, 37.sh).
-# Run 36 held 28 of 45 captures under the first fit, 32 under the band in use: below the coverage asked,
+# Run 36 held 28 of 45 under the first fit, 32 under ± 8 points, and 28 under the band in use (± 5.5
+# points beside the savings at the ends of the host's plausible speed): below the coverage asked,
 # asserted as such so that a mend of the model it exposed (docs/whatif.md, "Run 36") makes this fail
 # and the entry goes.
 KNOWN_SHORT = {
-    "run_36": "out of sample the range held 32 of 45 captures (gpt_compile's compiled host time, gpt_loss at the "
+    "run_36": "out of sample the range held 28 of 45 captures (gpt_compile's compiled host time, gpt_loss at the "
     "host/GPU balance, conv_cl and storm_compile measured outside their own CI): docs/whatif.md, 'Run 36'",
 }
 
@@ -132,3 +133,113 @@ def test_the_range_holds_a_fresh_runs_validation_captures_as_often_as_it_was_fit
         assert held < RANGE_COVERAGE * len(rows), f"{run} now holds {held} of {len(rows)}: drop its exception"
         pytest.xfail(KNOWN_SHORT[run])
     assert held >= RANGE_COVERAGE * len(rows), f"{held} of {len(rows)}"
+
+
+def test_the_range_spans_the_savings_at_the_ends_of_the_hosts_plausible_speed() -> None:
+    assert likely_share_range(20.0, (12.0, 30.0), relative=0.0, step_pct=2.0) == pytest.approx((10.0, 32.0))
+    assert likely_share_range(20.0, (25.0,), relative=0.1, step_pct=0.0) == pytest.approx((18.0, 27.5))
+    assert likely_share_range(20.0, (), relative=0.0, step_pct=2.0) == likely_share_range(
+        20.0, relative=0.0, step_pct=2.0
+    )
+    row = {**_row(20.0, 13.0), "host_shares_pct": [14.0, 22.0]}
+    assert pv.inside_range(row, 0.0, 1.0) and not pv.inside_range(_row(20.0, 13.0), 0.0, 1.0)
+    assert pv.band_width([row], 0.0, 1.0) == pytest.approx(10.0)  # 14-22 plus a point each side
+
+
+def _calibrated_capture(run: str, pair: str, capture: int = 0) -> object:
+    from traceadvisor.trace.load import load_file
+
+    doc = json.loads((RUNS / run / "pairs12.json").read_text())
+    rec = doc["pairs"][pair]["captures"][capture]["before_stack"]
+    trace = load_file(RUNS / run / "traces" / rec["file"])
+    trace.meta.traceadvisor = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
+    return trace
+
+
+def test_a_gpu_bound_capture_leaves_the_host_free_and_its_compile_saving_spans_both_ends() -> None:
+    """Run 36 met a fast host: the GPT trainer's eager step was GPU-bound at its measured step, so the
+    measured step says only that the host took less; torch.compile's saving (host-bound after) then
+    depends on how much less. Measured: 26% (the compiled program host-bound at 8.5 ms)."""
+    from traceadvisor.whatif.profiler_cost import HOST_COST_PLAUSIBLE, fitted_calibration, host_cost_interval
+    from traceadvisor.whatif.savings import scenario_saving
+
+    trace = _calibrated_capture("run_36", "gpt_compile")
+    assert not fitted_calibration(trace).host_pinned
+    assert host_cost_interval(trace) == pytest.approx(HOST_COST_PLAUSIBLE)
+    s = scenario_saving(trace, "compile")
+    assert len(s.host_alternatives) == 2
+    low_end, high_end = s.host_shares_pct
+    # a slower host (less of the recorded time taken out as the profiler's) leaves compile less to take
+    assert low_end < 0.75 * s.share_pct
+    assert high_end >= s.share_pct - 0.5
+    lo, hi = s.likely_share_pct
+    assert lo == pytest.approx(max(0.0, low_end - RANGE_STEP_PCT - RANGE_RELATIVE * low_end))
+    assert hi >= s.share_pct + RANGE_STEP_PCT
+    doc = json.loads((RUNS / "run_36" / "pairs12.json").read_text())
+    assert lo <= doc["pairs"]["gpt_compile"]["measured_saving_pct"] + 0.5  # without the host's ends: 41%
+
+
+def test_a_host_bound_capture_whose_step_fixed_the_factor_has_no_host_alternatives() -> None:
+    from traceadvisor.whatif.profiler_cost import fitted_calibration, host_cost_interval
+    from traceadvisor.whatif.savings import scenario_saving
+
+    trace = _calibrated_capture("run_36", "gpt_batch")
+    assert fitted_calibration(trace).host_pinned
+    assert host_cost_interval(trace) is None
+    assert scenario_saving(trace, "batch-size").host_alternatives == ()
+
+
+def test_the_hosts_plausible_range_stops_where_the_replay_leaves_the_measured_step() -> None:
+    """storm_compile's eager step is host-bound and met by the bundled costs within the tolerance: the
+    factor is free only as far as the replay stays within it of the measured step."""
+    from traceadvisor.whatif.profiler_cost import (
+        BALANCE_STEPS,
+        CALIBRATION_TOLERANCE,
+        HOST_COST_PLAUSIBLE,
+        host_cost_interval,
+        measured_unprofiled_ns,
+        unprofiled_overrides_at,
+    )
+    from traceadvisor.whatif.replay import replay
+    from traceadvisor.whatif.scenarios import step_time_ns
+
+    trace = _calibrated_capture("run_36", "storm_compile")
+    interval = host_cost_interval(trace)
+    assert interval is not None
+    lo, hi = interval
+    assert HOST_COST_PLAUSIBLE[0] < lo < 1.0 and hi < HOST_COST_PLAUSIBLE[1]
+    target = measured_unprofiled_ns(trace)
+    assert target is not None
+
+    def step(f: float) -> float:
+        return step_time_ns(replay(trace, unprofiled_overrides_at(trace, f)))
+
+    grain = (1.0 - HOST_COST_PLAUSIBLE[0]) / 2**BALANCE_STEPS
+    assert step(lo) <= (1 + CALIBRATION_TOLERANCE) * target < step(lo - grain)
+
+
+def test_a_trace_without_measured_steps_keeps_the_fitted_band_alone() -> None:
+    from traceadvisor.trace.load import load_file
+    from traceadvisor.whatif.profiler_cost import host_cost_interval
+    from traceadvisor.whatif.savings import scenario_saving
+
+    trace = load_file(REPO / "fixtures" / "traces" / "train_step.json.gz")
+    assert host_cost_interval(trace) is None
+    s = scenario_saving(trace, "cuda-graphs")
+    assert s.host_alternatives == () and s.likely_share_pct == likely_share_range(s.share_pct)
+
+
+@pytest.mark.slow
+def test_the_plausible_host_factors_are_the_fit_halfs_pinned_percentiles() -> None:
+    """``HOST_COST_PLAUSIBLE`` is what ``pairs_validation.py --fit-host-spread`` gives: the 10th and
+    90th percentiles of the factor over the fit half's traces whose measured step fixed it (~3 min)."""
+    import numpy as np
+
+    from traceadvisor.whatif.profiler_cost import HOST_COST_PLAUSIBLE
+
+    lo, hi = HOST_COST_PLAUSIBLE
+    assert 0.5 < lo < 1.0 < hi < 2.0
+    factors = pv.pinned_host_factors("fit")
+    assert len(factors) >= 100
+    assert np.percentile(factors, 10) == pytest.approx(lo, abs=5e-4)
+    assert np.percentile(factors, 90) == pytest.approx(hi, abs=5e-4)

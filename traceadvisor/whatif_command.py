@@ -76,7 +76,11 @@ def likely_pct(o: Outcome) -> list[float] | None:
     if o.saving.refused:
         return None
     per_sample = per_sample_pct(o)
-    lo, hi = likely_share_range(per_sample) if per_sample is not None else o.saving.likely_share_pct
+    if per_sample is None:
+        return list(o.saving.likely_share_pct)
+    factor = SAMPLES_FACTOR[o.saving.scenario]
+    host = tuple((b - a / factor) / b * 100.0 for b, a in o.saving.host_alternatives if b > 0)
+    lo, hi = likely_share_range(per_sample, host)
     return [lo, hi]
 
 

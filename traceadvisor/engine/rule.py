@@ -163,7 +163,7 @@ class Rule(Generic[O]):
         recommendation: str,
         impact_ns: float | None = None,
         basis: str = "",
-        per_step: tuple[str, float, float] | None = None,
+        per_step: tuple[str, float, float] | tuple[str, float, float, tuple[float, ...]] | None = None,
         evidence: Iterable[Evidence] = (),
         location: Location | None = None,
         data: Mapping[str, Any] | None = None,
@@ -172,17 +172,19 @@ class Rule(Generic[O]):
     ) -> Finding:
         """A finding with code and name filled in and severity derived from the impact.
 
-        ``per_step``: (scenario, saving per step ns, predicted unprofiled step ns) from a what-if
-        replay (``rule_helpers.replayed``): the impact is the replay difference, its share that over
-        the predicted unprofiled step, with its likely range (``whatif.saving_range``); ``impact_ns``
+        ``per_step``: (scenario, saving per step ns, predicted unprofiled step ns[, the saving's shares
+        of the step at the ends of the host's plausible speed]) from a what-if replay
+        (``rule_helpers.per_step``): the impact is the replay difference, its share that over the
+        predicted unprofiled step, with its likely range (``whatif.saving_range``); ``impact_ns``
         is then ignored. ``step_basis``: what that
         step is, when it is not the replay's prediction (``measured unprofiled``)."""
         impact = None
         if per_step is not None:
-            scenario, saving_ns, step_ns = per_step
+            scenario, saving_ns, step_ns = per_step[:3]
+            host_shares: tuple[float, ...] = per_step[3] if len(per_step) > 3 else ()  # type: ignore[misc]
             steps = max(1, len(trace.steps.table))
             impact = per_step_impact(saving_ns, step_ns, steps, basis, scenario, step_basis)
-            low_ns, high_ns = likely_saving_range_ns(saving_ns, step_ns)
+            low_ns, high_ns = likely_saving_range_ns(saving_ns, step_ns, host_shares)
             impact = dataclasses.replace(
                 impact, likely_low_per_step_us=low_ns / 1000.0, likely_high_per_step_us=high_ns / 1000.0
             )

@@ -461,9 +461,69 @@ def unprofiled_overrides(trace: Trace, cost: ProfilerCost | None = None, read_wr
 
 @memoised
 def _calibrated_overrides(trace: Trace, read_wrapper_gaps: bool) -> Overrides:
+    return unprofiled_overrides_at(trace, 1.0, read_wrapper_gaps)
+
+
+def unprofiled_overrides_at(trace: Trace, factor: float, read_wrapper_gaps: bool = True) -> Overrides:
+    """The calibrated unprofiled baseline's change with the profiler's host cost times ``factor``
+    on top of the calibration's (``host_cost_interval``: the host's other plausible speeds)."""
     fit = fitted_calibration(trace)
-    cost = ProfilerCost.bundled().for_trace(trace).scaled(fit.host_cost)
+    cost = ProfilerCost.bundled().for_trace(trace).scaled(fit.host_cost * factor)
     return replace(unprofiled_overrides(trace, cost, read_wrapper_gaps), kernel_scale=fit.kernel_scale)
+
+
+# The factor on the bundled profiler costs where a trace's measured unprofiled step fixed it (the
+# host-bound traces of the fit half of the clean GPU pairs, runs 14-37, both sides, each capture
+# calibrated alone to the steps timed around it: 133 traces): its 10th and 90th percentiles.
+# ``python bench/pairs_validation.py --fit-host-spread``. Where the measured step does not fix the
+# factor (a GPU-bound step, or a trace without measured steps) the host's own time is known only this
+# well, and a fix whose saving depends on the host/GPU balance (torch.compile's host time, a GPU fix
+# that leaves the step host-bound) is given the savings at both ends (``host_cost_interval``).
+HOST_COST_PLAUSIBLE = (0.806, 1.266)
+# the balance search's steps: the lowest (highest) factor at which the replay still meets the
+# measured step to within its tolerance, found to (1 - lo) / 2**BALANCE_STEPS (hi - 1 likewise)
+BALANCE_STEPS = 6
+
+
+@memoised
+def host_cost_interval(trace: Trace) -> tuple[float, float] | None:
+    """The plausible factors on the calibrated profiler cost where the trace's measured unprofiled
+    step did not fix it (``Calibration.host_pinned`` false): ``HOST_COST_PLAUSIBLE``, its low end
+    raised to where the replay reaches the measured step (a host slower than that would have measured
+    a longer step) and its high end lowered to where the replay still reaches it, both to within
+    ``CALIBRATION_TOLERANCE`` (a step met within it by the bundled costs leaves the factor free only
+    that far). None without a measured step (the saving's range is then the fitted band alone:
+    two more replays per scenario on every trace cost what the analysis of a large trace cannot pay,
+    bench/RESULTS.md section 7) or where the step fixed the factor. Relative to the calibration's own
+    factor (1.0 is the baseline every saving is replayed on)."""
+    target = measured_unprofiled_ns(trace)
+    fit = fitted_calibration(trace)
+    if target is None or fit.host_pinned or not len(trace.steps.table):
+        return None
+    from traceadvisor.whatif.scenarios import step_time_ns  # scenarios imports this module's neighbours
+
+    lo, hi = (f / fit.host_cost for f in HOST_COST_PLAUSIBLE) if fit.host_cost > 0 else (1.0, 1.0)
+    lo = min(lo, 1.0)
+    ceiling = (1.0 + CALIBRATION_TOLERANCE) * target
+
+    def step(f: float) -> float:
+        return step_time_ns(replay(trace, unprofiled_overrides_at(trace, f)))
+
+    if step(lo) > ceiling:
+        a, b = lo, 1.0
+        for _ in range(BALANCE_STEPS):
+            mid = (a + b) / 2
+            a, b = (mid, b) if step(mid) > ceiling else (a, mid)
+        lo = b
+    hi = max(hi, 1.0)
+    floor = (1.0 - CALIBRATION_TOLERANCE) * target
+    if step(hi) < floor:  # a host-bound step met within the tolerance: a faster host would measure less
+        a, b = 1.0, hi
+        for _ in range(BALANCE_STEPS):
+            mid = (a + b) / 2
+            a, b = (mid, b) if step(mid) >= floor else (a, mid)
+        hi = a
+    return lo, hi
 
 
 def measured_unprofiled_ns(trace: Trace) -> float | None:
@@ -537,6 +597,10 @@ class Calibration:
 
     host_cost: float = 1.0
     kernel_scale: float = 1.0
+    # whether the measured step fixed ``host_cost`` (the bisection of a host-bound step met it);
+    # otherwise the factor is the bundled costs' and the host's time is not known beyond them
+    # (``host_cost_interval``)
+    host_pinned: bool = False
 
 
 def _bisect(step: Callable[[float], float], target: float, lo: float, hi: float, rising: bool) -> float:
@@ -587,7 +651,7 @@ def fitted_calibration(trace: Trace) -> Calibration:
     # profiler's time out would keep its whole cost in the replay).
     if host_step(lo) > target and host_step(hi) < target:
         f = _bisect(host_step, target, lo, hi, rising=False)
-        candidates.append(((math.log(max(f, 1e-6)) / HOST_COST_SIGMA) ** 2, Calibration(host_cost=f)))
+        candidates.append(((math.log(max(f, 1e-6)) / HOST_COST_SIGMA) ** 2, Calibration(host_cost=f, host_pinned=True)))
     glo, ghi = KERNEL_SCALE_RANGE
     if kernel_step(glo) < target < kernel_step(ghi):
         g = _bisect(kernel_step, target, glo, ghi, rising=True)

@@ -24,7 +24,13 @@ from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace import intervals
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.power_limit import GiveBack, give_back
-from traceadvisor.whatif.profiler_cost import gpu_power_state, unprofiled_overrides, unprofiled_replay
+from traceadvisor.whatif.profiler_cost import (
+    gpu_power_state,
+    host_cost_interval,
+    unprofiled_overrides,
+    unprofiled_overrides_at,
+    unprofiled_replay,
+)
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, replay
 from traceadvisor.whatif.saving_range import likely_share_range
@@ -45,6 +51,9 @@ class Saving:
     # model's reading
     power_give_back_ns: float = 0.0
     give_back: GiveBack | None = None
+    # (before, after) ns replayed at the ends of the host's plausible speed where the measured step
+    # did not fix it (``profiler_cost.host_cost_interval``); () where it did, or without one
+    host_alternatives: tuple[tuple[float, float], ...] = ()
 
     @property
     def saving_ns(self) -> float:
@@ -64,7 +73,18 @@ class Saving:
         (0, 0) for a scenario that found nothing to change."""
         if self.changed == 0 and self.saving_ns == 0:
             return 0.0, 0.0
-        return likely_share_range(self.share_pct)
+        return likely_share_range(self.share_pct, self.host_shares_pct)
+
+    @property
+    def host_shares_pct(self) -> tuple[float, ...]:
+        """The saving's share of the step at each end of the host's plausible speed (``host_alternatives``)."""
+        return tuple(100.0 * max(0.0, b - a) / b for b, a in self.host_alternatives if b > 0)
+
+    @property
+    def likely_range_ns(self) -> tuple[float, float]:
+        """``likely_share_pct`` in ns of the predicted unprofiled step."""
+        lo, hi = self.likely_share_pct
+        return lo * self.before_ns / 100.0, hi * self.before_ns / 100.0
 
     def reaches(self, min_pct: float) -> bool:
         """Whether the scenario applied and saves at least ``min_pct`` of the predicted unprofiled
@@ -90,7 +110,30 @@ def saving_of(trace: Trace, name: str, ov: Overrides) -> Saving:
     after = step_time_ns(replay(trace, with_profiler_removed(trace, ov)))
     changed = len(ov.gpu_dur_ns) + len(ov.no_wait) + len(ov.no_event_wait) + len(ov.host_dur_ns)
     changed += len(ov.host_removed.regions) + len(ov.gpu_delay_ns)
-    return power_limited(trace, ov, Saving(name, before, after, changed))
+    alternatives = host_alternatives(trace, ov) if changed else ()
+    return power_limited(trace, ov, Saving(name, before, after, changed, host_alternatives=alternatives))
+
+
+@memoised
+def _baseline_at(trace: Trace, factor: float) -> float:
+    """The predicted unprofiled step with the profiler's host cost at ``factor`` of the calibration's."""
+    return step_time_ns(replay(trace, unprofiled_overrides_at(trace, factor)))
+
+
+def host_alternatives(trace: Trace, ov: Overrides) -> tuple[tuple[float, float], ...]:
+    """(before, after) ns of the change ``ov`` replayed at each end of the host's plausible speed
+    where the trace's measured step did not fix it (``profiler_cost.host_cost_interval``): on run 36
+    (a fresh H100 whose host ran fast) the GPT trainer's eager step was GPU-bound, so its host time
+    was known only to be under the step, and the compile scenario's saving moved from 49% at the
+    bundled profiler costs to 30% at the interval's low end, against 26% measured."""
+    interval = host_cost_interval(trace)
+    if interval is None:
+        return ()
+    out = []
+    for f in sorted(set(interval) - {1.0}):
+        after = step_time_ns(replay(trace, combine([unprofiled_overrides_at(trace, f), ov])))
+        out.append((_baseline_at(trace, f), after))
+    return tuple(out)
 
 
 # A replayed step after the fix within this factor of the GPU's own busy time per step is GPU-bound:
