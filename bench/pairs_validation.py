@@ -60,8 +60,7 @@ from traceadvisor.whatif.refused import Refused  # noqa: E402
 from traceadvisor.whatif.replay import replay  # noqa: E402
 from traceadvisor.whatif.saving_range import (  # noqa: E402
     RANGE_COVERAGE,
-    RANGE_RELATIVE,
-    RANGE_STEP_PCT,
+    band,
     likely_share_range,
 )
 from traceadvisor.whatif.savings import (  # noqa: E402
@@ -564,7 +563,7 @@ def fit_range(variant: str, calibrated: bool | str) -> int:
             for split in ("fit", "validation")
         }
     print(f"fit half: {len(halves['fit'])} per-run savings; coverage asked {RANGE_COVERAGE:.0%}")
-    bands = {"fitted": fit_band(halves["fit"]), "in use": (RANGE_RELATIVE, RANGE_STEP_PCT)}
+    bands = {"fitted": fit_band(halves["fit"]), "in use": band(bool(calibrated))}
     for label, (rel, step) in bands.items():
         print(f"{label}: share ± ({rel:.2f} × share + {step:.2f} points of the step)")
         for split, rows in halves.items():
@@ -730,9 +729,9 @@ def captures(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
         c["each_20"] += sum(strictly(r) for r in rows)
         c["each"] += len(rows)
         tally = in_range.setdefault(r0["split"], [0, 0, 0, 0])
-        tally[0] += sum(inside_range(r, RANGE_RELATIVE, RANGE_STEP_PCT) for r in rows)
+        tally[0] += sum(inside_range(r, *band(bool(calibrated))) for r in rows)
         tally[1] += len(rows)
-        tally[2] += inside_range(row, RANGE_RELATIVE, RANGE_STEP_PCT)
+        tally[2] += inside_range(row, *band(bool(calibrated)))
         tally[3] += 1
         for side in ("before", "after"):
             c["steps"] += 1

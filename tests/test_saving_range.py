@@ -15,6 +15,9 @@ from traceadvisor.whatif.saving_range import (
     RANGE_COVERAGE,
     RANGE_RELATIVE,
     RANGE_STEP_PCT,
+    TRACE_ALONE_RELATIVE,
+    TRACE_ALONE_STEP_PCT,
+    band,
     likely_saving_range_ns,
     likely_share_range,
 )
@@ -38,6 +41,9 @@ def test_the_range_widens_the_share_by_both_parts_and_stays_inside_the_step() ->
 def test_the_range_in_time_is_the_share_range_of_the_step() -> None:
     lo, hi = likely_saving_range_ns(2_000.0, 10_000.0)
     share_lo, share_hi = likely_share_range(20.0)
+    assert (lo, hi) == pytest.approx((share_lo * 100.0, share_hi * 100.0))
+    lo, hi = likely_saving_range_ns(2_000.0, 10_000.0, (), calibrated=False)
+    share_lo, share_hi = likely_share_range(20.0, (), *band(False))
     assert (lo, hi) == pytest.approx((share_lo * 100.0, share_hi * 100.0))
     assert likely_saving_range_ns(5.0, 0.0) == (0.0, 0.0)
 
@@ -114,7 +120,7 @@ KNOWN_SHORT = {
 }
 
 
-@pytest.mark.parametrize("run", ["run_32", "run_36", "run_37"])
+@pytest.mark.parametrize("run", ["run_32", "run_36", "run_37", "run_38"])
 def test_the_range_holds_a_fresh_runs_validation_captures_as_often_as_it_was_fitted_to(run: str) -> None:
     """Each validation pair's measured saving against the range of the saving the replay predicts from
     each of its captures, calibrated as ``traceadvisor capture`` stores it (``pairs_validation.py
@@ -226,7 +232,13 @@ def test_a_trace_without_measured_steps_keeps_the_fitted_band_alone() -> None:
     trace = load_file(REPO / "fixtures" / "traces" / "train_step.json.gz")
     assert host_cost_interval(trace) is None
     s = scenario_saving(trace, "cuda-graphs")
-    assert s.host_alternatives == () and s.likely_share_pct == likely_share_range(s.share_pct)
+    assert s.host_alternatives == () and not s.calibrated
+    # the band fitted from the traces alone: wider than the calibrated one, by a share of the saving
+    lo, hi = s.likely_share_pct
+    half = TRACE_ALONE_RELATIVE * s.share_pct + TRACE_ALONE_STEP_PCT
+    assert (lo, hi) == pytest.approx((max(0.0, s.share_pct - half), min(100.0, s.share_pct + half)))
+    assert band(False) == (TRACE_ALONE_RELATIVE, TRACE_ALONE_STEP_PCT) != band(True)
+    assert hi - lo > likely_share_range(s.share_pct)[1] - likely_share_range(s.share_pct)[0]
 
 
 @pytest.mark.slow

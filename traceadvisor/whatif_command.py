@@ -17,7 +17,7 @@ from traceadvisor.report.format import fmt_time, measured_source_words
 from traceadvisor.report.model import MeasuredSteps
 from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.refused import Refused
-from traceadvisor.whatif.saving_range import likely_share_range
+from traceadvisor.whatif.saving_range import band, likely_share_range
 from traceadvisor.whatif.savings import Outcome
 from traceadvisor.whatif.savings import whatif as run_whatif
 from traceadvisor.whatif.scenarios import SCENARIOS, parse
@@ -80,7 +80,7 @@ def likely_pct(o: Outcome) -> list[float] | None:
         return list(o.saving.likely_share_pct)
     factor = SAMPLES_FACTOR[o.saving.scenario]
     host = tuple((b - a / factor) / b * 100.0 for b, a in o.saving.host_alternatives if b > 0)
-    lo, hi = likely_share_range(per_sample, host)
+    lo, hi = likely_share_range(per_sample, host, *band(o.saving.calibrated))
     return [lo, hi]
 
 

@@ -24,6 +24,7 @@ from traceadvisor.engine import claimed_by as engine_claimed_by
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.trace.device import NO_PEAKS_HELP
 from traceadvisor.trace.model import Trace
+from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
 from traceadvisor.whatif.saving_range import likely_saving_range_ns
 
 if TYPE_CHECKING:
@@ -184,7 +185,8 @@ class Rule(Generic[O]):
             host_shares: tuple[float, ...] = per_step[3] if len(per_step) > 3 else ()  # type: ignore[misc]
             steps = max(1, len(trace.steps.table))
             impact = per_step_impact(saving_ns, step_ns, steps, basis, scenario, step_basis)
-            low_ns, high_ns = likely_saving_range_ns(saving_ns, step_ns, host_shares)
+            calibrated = measured_unprofiled_ns(trace) is not None
+            low_ns, high_ns = likely_saving_range_ns(saving_ns, step_ns, host_shares, calibrated)
             impact = dataclasses.replace(
                 impact, likely_low_per_step_us=low_ns / 1000.0, likely_high_per_step_us=high_ns / 1000.0
             )

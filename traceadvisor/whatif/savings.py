@@ -27,13 +27,14 @@ from traceadvisor.whatif.power_limit import GiveBack, give_back
 from traceadvisor.whatif.profiler_cost import (
     gpu_power_state,
     host_cost_interval,
+    measured_unprofiled_ns,
     unprofiled_overrides,
     unprofiled_overrides_at,
     unprofiled_replay,
 )
 from traceadvisor.whatif.refused import Refused
 from traceadvisor.whatif.replay import Overrides, replay
-from traceadvisor.whatif.saving_range import likely_share_range
+from traceadvisor.whatif.saving_range import band, likely_share_range
 from traceadvisor.whatif.scenarios import SCENARIOS, combine, step_time_ns
 
 
@@ -54,6 +55,8 @@ class Saving:
     # (before, after) ns replayed at the ends of the host's plausible speed where the measured step
     # did not fix it (``profiler_cost.host_cost_interval``); () where it did, or without one
     host_alternatives: tuple[tuple[float, float], ...] = ()
+    # whether the trace carries measured unprofiled steps (the range's band: ``saving_range.band``)
+    calibrated: bool = False
 
     @property
     def saving_ns(self) -> float:
@@ -73,7 +76,7 @@ class Saving:
         (0, 0) for a scenario that found nothing to change."""
         if self.changed == 0 and self.saving_ns == 0:
             return 0.0, 0.0
-        return likely_share_range(self.share_pct, self.host_shares_pct)
+        return likely_share_range(self.share_pct, self.host_shares_pct, *band(self.calibrated))
 
     @property
     def host_shares_pct(self) -> tuple[float, ...]:
@@ -111,7 +114,9 @@ def saving_of(trace: Trace, name: str, ov: Overrides) -> Saving:
     changed = len(ov.gpu_dur_ns) + len(ov.no_wait) + len(ov.no_event_wait) + len(ov.host_dur_ns)
     changed += len(ov.host_removed.regions) + len(ov.gpu_delay_ns)
     alternatives = host_alternatives(trace, ov) if changed else ()
-    return power_limited(trace, ov, Saving(name, before, after, changed, host_alternatives=alternatives))
+    calibrated = measured_unprofiled_ns(trace) is not None
+    saving = Saving(name, before, after, changed, host_alternatives=alternatives, calibrated=calibrated)
+    return power_limited(trace, ov, saving)
 
 
 @memoised
