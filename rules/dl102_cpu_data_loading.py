@@ -156,7 +156,7 @@ class CpuDataLoading(Rule[Options]):
             message=message + f"; taken off the training thread, {fmt_ns(saving)} of the {fmt_ns(step)} step "
             f"({share:.0f}%; step {basis}) goes. On a GPU this time would leave the GPU idle.",
             recommendation=("Use worker processes: " if single else "") + RECOMMENDATION,
-            per_step=("data-workers", saving, step),
+            per_step=("data-workers", saving, step, (), basis == "measured unprofiled"),
             step_basis="measured unprofiled" if basis == "measured unprofiled" else "predicted unprofiled",
             basis=BASIS,
             evidence=evidence_of(worst, worst["name"].astype(str)),

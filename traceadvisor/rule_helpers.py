@@ -316,11 +316,12 @@ def distinct_signatures(
     return sig, np.asarray(first, dtype=np.intp)
 
 
-def per_step(saving: Saving) -> tuple[str, float, float, tuple[float, ...]]:
+def per_step(saving: Saving) -> tuple[str, float, float, tuple[float, ...], bool]:
     """A replayed saving as ``Rule.finding(per_step=...)`` takes it: (scenario, saving per step ns,
     predicted unprofiled step ns, its shares of the step at the ends of the host's plausible speed
-    where the trace did not fix it: ``Saving.host_shares_pct``)."""
-    return (saving.scenario, saving.saving_ns, saving.before_ns, saving.host_shares_pct)
+    where the trace did not fix it (``Saving.host_shares_pct``), and whether the trace carries
+    measured unprofiled steps (the range's band: ``whatif.saving_range.band``))."""
+    return (saving.scenario, saving.saving_ns, saving.before_ns, saving.host_shares_pct, saving.calibrated)
 
 
 def replay_basis(saving: Saving, what: str) -> str:

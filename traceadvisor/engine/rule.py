@@ -24,7 +24,6 @@ from traceadvisor.engine import claimed_by as engine_claimed_by
 from traceadvisor.report.finding import Evidence, Finding, Impact, Location, Severity, Thresholds
 from traceadvisor.trace.device import NO_PEAKS_HELP
 from traceadvisor.trace.model import Trace
-from traceadvisor.whatif.profiler_cost import measured_unprofiled_ns
 from traceadvisor.whatif.saving_range import likely_saving_range_ns
 
 if TYPE_CHECKING:
@@ -164,7 +163,7 @@ class Rule(Generic[O]):
         recommendation: str,
         impact_ns: float | None = None,
         basis: str = "",
-        per_step: tuple[str, float, float] | tuple[str, float, float, tuple[float, ...]] | None = None,
+        per_step: tuple[str, float, float] | tuple[str, float, float, tuple[float, ...], bool] | None = None,
         evidence: Iterable[Evidence] = (),
         location: Location | None = None,
         data: Mapping[str, Any] | None = None,
@@ -174,7 +173,8 @@ class Rule(Generic[O]):
         """A finding with code and name filled in and severity derived from the impact.
 
         ``per_step``: (scenario, saving per step ns, predicted unprofiled step ns[, the saving's shares
-        of the step at the ends of the host's plausible speed]) from a what-if replay
+        of the step at the ends of the host's plausible speed, whether the trace carries measured
+        unprofiled steps]) from a what-if replay
         (``rule_helpers.per_step``): the impact is the replay difference, its share that over the
         predicted unprofiled step, with its likely range (``whatif.saving_range``); ``impact_ns``
         is then ignored. ``step_basis``: what that
@@ -182,10 +182,11 @@ class Rule(Generic[O]):
         impact = None
         if per_step is not None:
             scenario, saving_ns, step_ns = per_step[:3]
+            # a saving without its replay's detail gets the wider band of a trace without measured steps
             host_shares: tuple[float, ...] = per_step[3] if len(per_step) > 3 else ()  # type: ignore[misc]
+            calibrated: bool = per_step[4] if len(per_step) > 4 else False  # type: ignore[misc]
             steps = max(1, len(trace.steps.table))
             impact = per_step_impact(saving_ns, step_ns, steps, basis, scenario, step_basis)
-            calibrated = measured_unprofiled_ns(trace) is not None
             low_ns, high_ns = likely_saving_range_ns(saving_ns, step_ns, host_shares, calibrated)
             impact = dataclasses.replace(
                 impact, likely_low_per_step_us=low_ns / 1000.0, likely_high_per_step_us=high_ns / 1000.0
