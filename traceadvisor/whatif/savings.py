@@ -17,8 +17,10 @@ GPU idles less (whatif/power_limit.py). The saving carries the power-limit model
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from traceadvisor.analyses.cache import memoised
 from traceadvisor.trace import intervals
@@ -52,9 +54,12 @@ class Saving:
     # model's reading
     power_give_back_ns: float = 0.0
     give_back: GiveBack | None = None
-    # (before, after) ns replayed at the ends of the host's plausible speed where the measured step
-    # did not fix it (``profiler_cost.host_cost_interval``); () where it did, or without one
-    host_alternatives: tuple[tuple[float, float], ...] = ()
+    # what replays the fix at the ends of the host's plausible speed (``host_alternatives``), run
+    # only when a range is asked for: most scenarios an analysis replays stay under their rule's
+    # threshold and are never shown
+    alternatives_of: Callable[[], tuple[tuple[float, float], ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
     # whether the trace carries measured unprofiled steps (the range's band: ``saving_range.band``)
     calibrated: bool = False
 
@@ -77,6 +82,13 @@ class Saving:
         if self.changed == 0 and self.saving_ns == 0:
             return 0.0, 0.0
         return likely_share_range(self.share_pct, self.host_shares_pct, *band(self.calibrated))
+
+    @functools.cached_property
+    def host_alternatives(self) -> tuple[tuple[float, float], ...]:
+        """(before, after) ns replayed at the ends of the host's plausible speed where the trace's
+        measured step did not fix it (``profiler_cost.host_cost_interval``); () where it did, or
+        without one."""
+        return self.alternatives_of() if self.alternatives_of is not None else ()
 
     @property
     def host_shares_pct(self) -> tuple[float, ...]:
@@ -113,9 +125,9 @@ def saving_of(trace: Trace, name: str, ov: Overrides) -> Saving:
     after = step_time_ns(replay(trace, with_profiler_removed(trace, ov)))
     changed = len(ov.gpu_dur_ns) + len(ov.no_wait) + len(ov.no_event_wait) + len(ov.host_dur_ns)
     changed += len(ov.host_removed.regions) + len(ov.gpu_delay_ns)
-    alternatives = host_alternatives(trace, ov) if changed else ()
     calibrated = measured_unprofiled_ns(trace) is not None
-    saving = Saving(name, before, after, changed, host_alternatives=alternatives, calibrated=calibrated)
+    later = functools.cache(functools.partial(host_alternatives, trace, ov)) if changed and calibrated else None
+    saving = Saving(name, before, after, changed, calibrated=calibrated, alternatives_of=later)
     return power_limited(trace, ov, saving)
 
 
