@@ -187,6 +187,17 @@ def capture_power(rec: dict[str, Any], rounds: list[Any], top_mhz: float | None)
     return {**record(after), "unprofiled": record(median, capped)}
 
 
+def capture_key(rec: dict[str, Any], p: dict[str, Any], side: str, run: Path) -> dict[str, Any]:
+    """The trace's ``"traceadvisor"`` key as ``traceadvisor capture`` stores it: the step times
+    measured with the profiler off in the same process right around the window (capture_pairs'
+    adjacent rounds), and NVML's readings as the window started and ended (from run 20 on)."""
+    key: dict[str, Any] = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
+    power = capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(run))
+    if power is not None:
+        key["gpu_power"] = power
+    return key
+
+
 def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool | str = False) -> list[dict[str, Any]]:
     out = []
     for name, p in pairs["pairs"].items():
@@ -210,11 +221,7 @@ def validate(pairs: dict[str, Any], variant: str, traces: Path, calibrated: bool
                 # what traceadvisor capture stores: the step times measured with the profiler off
                 # in the same process right around the window (capture_pairs' adjacent rounds), and
                 # NVML's readings as the window started and ended (from run 20 on)
-                key: dict[str, Any] = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
-                power = capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(traces.parent))
-                if power is not None:
-                    key["gpu_power"] = power
-                trace.meta.traceadvisor = key
+                trace.meta.traceadvisor = capture_key(rec, p, side, traces.parent)
             pred = predicted_step_ns(trace) / 1e3
             row[f"{side}_measured_us"] = p[f"{side}_step_us"]["median"]
             row[f"{side}_adjacent_us"] = rec.get("adjacent_unprofiled_us", {}).get("median")
@@ -600,11 +607,7 @@ def pinned_host_factors(split: str) -> list[float]:
                         continue
                     trace = load_file(trace_path)
                     side = key.split("_")[0]
-                    meta: dict[str, Any] = {"unprofiled_step_us": rec["adjacent_unprofiled_us"]["repeats"]}
-                    power = capture_power(rec, p.get("gpu_state", {}).get(side) or [], top_sm_clock_mhz(path.parent))
-                    if power is not None:
-                        meta["gpu_power"] = power
-                    trace.meta.traceadvisor = meta
+                    trace.meta.traceadvisor = capture_key(rec, p, side, path.parent)
                     fit = fitted_calibration(trace)
                     if fit.host_pinned:
                         out.append(fit.host_cost)

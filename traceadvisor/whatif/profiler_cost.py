@@ -39,7 +39,12 @@ from traceadvisor.trace.model import Trace
 from traceadvisor.whatif.host_time import HostTimeMap, Region, point_costs, process_key, thread_key
 from traceadvisor.whatif.one_off_stalls import one_off_stalls
 from traceadvisor.whatif.replay import Overrides, Replay, replay
-from traceadvisor.whatif.scenarios import COMPILED_REGION_PREFIXES, GRAPH_LAUNCH_NS, GRAPH_NODE_PROFILER_NS
+from traceadvisor.whatif.scenarios import (
+    COMPILED_REGION_PREFIXES,
+    GRAPH_LAUNCH_NS,
+    GRAPH_NODE_PROFILER_NS,
+    step_time_ns,
+)
 
 KINDS = (
     "op_shapes",
@@ -472,6 +477,14 @@ def unprofiled_overrides_at(trace: Trace, factor: float, read_wrapper_gaps: bool
     return replace(unprofiled_overrides(trace, cost, read_wrapper_gaps), kernel_scale=fit.kernel_scale)
 
 
+@memoised
+def step_at(trace: Trace, factor: float) -> float:
+    """The predicted unprofiled step (ns) with the profiler's host cost at ``factor`` of the
+    calibration's: the ends of ``host_cost_interval`` and their search, and each saving's baseline
+    there (``savings.host_alternatives``), share it."""
+    return step_time_ns(replay(trace, unprofiled_overrides_at(trace, factor)))
+
+
 # The factor on the bundled profiler costs where a trace's measured unprofiled step fixed it (the
 # host-bound traces of the fit half of the clean GPU pairs, runs 14-37, both sides, each capture
 # calibrated alone to the steps timed around it: 133 traces): its 10th and 90th percentiles.
@@ -500,14 +513,12 @@ def host_cost_interval(trace: Trace) -> tuple[float, float] | None:
     fit = fitted_calibration(trace)
     if target is None or fit.host_pinned or not len(trace.steps.table):
         return None
-    from traceadvisor.whatif.scenarios import step_time_ns  # scenarios imports this module's neighbours
-
     lo, hi = (f / fit.host_cost for f in HOST_COST_PLAUSIBLE) if fit.host_cost > 0 else (1.0, 1.0)
     lo = min(lo, 1.0)
     ceiling = (1.0 + CALIBRATION_TOLERANCE) * target
 
     def step(f: float) -> float:
-        return step_time_ns(replay(trace, unprofiled_overrides_at(trace, f)))
+        return step_at(trace, f)
 
     if step(lo) > ceiling:
         a, b = lo, 1.0
@@ -629,8 +640,6 @@ def fitted_calibration(trace: Trace) -> Calibration:
     target = measured_unprofiled_ns(trace)
     if target is None or not len(trace.steps.table):
         return Calibration()
-    from traceadvisor.whatif.scenarios import step_time_ns  # scenarios imports this module's neighbours
-
     base = ProfilerCost.bundled().for_trace(trace)
 
     @functools.cache

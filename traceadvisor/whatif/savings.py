@@ -30,6 +30,7 @@ from traceadvisor.whatif.profiler_cost import (
     gpu_power_state,
     host_cost_interval,
     measured_unprofiled_ns,
+    step_at,
     unprofiled_overrides,
     unprofiled_overrides_at,
     unprofiled_replay,
@@ -95,12 +96,6 @@ class Saving:
         """The saving's share of the step at each end of the host's plausible speed (``host_alternatives``)."""
         return tuple(100.0 * max(0.0, b - a) / b for b, a in self.host_alternatives if b > 0)
 
-    @property
-    def likely_range_ns(self) -> tuple[float, float]:
-        """``likely_share_pct`` in ns of the predicted unprofiled step."""
-        lo, hi = self.likely_share_pct
-        return lo * self.before_ns / 100.0, hi * self.before_ns / 100.0
-
     def reaches(self, min_pct: float) -> bool:
         """Whether the scenario applied and saves at least ``min_pct`` of the predicted unprofiled
         step: the gate every replay-backed rule reports behind."""
@@ -131,25 +126,19 @@ def saving_of(trace: Trace, name: str, ov: Overrides) -> Saving:
     return power_limited(trace, ov, saving)
 
 
-@memoised
-def _baseline_at(trace: Trace, factor: float) -> float:
-    """The predicted unprofiled step with the profiler's host cost at ``factor`` of the calibration's."""
-    return step_time_ns(replay(trace, unprofiled_overrides_at(trace, factor)))
-
-
 def host_alternatives(trace: Trace, ov: Overrides) -> tuple[tuple[float, float], ...]:
     """(before, after) ns of the change ``ov`` replayed at each end of the host's plausible speed
     where the trace's measured step did not fix it (``profiler_cost.host_cost_interval``): on run 36
     (a fresh H100 whose host ran fast) the GPT trainer's eager step was GPU-bound, so its host time
     was known only to be under the step, and the compile scenario's saving moved from 49% at the
-    bundled profiler costs to 30% at the interval's low end, against 26% measured."""
+    bundled profiler costs to 31.5% at the interval's low end, against 26% measured."""
     interval = host_cost_interval(trace)
     if interval is None:
         return ()
     out = []
     for f in sorted(set(interval) - {1.0}):
         after = step_time_ns(replay(trace, combine([unprofiled_overrides_at(trace, f), ov])))
-        out.append((_baseline_at(trace, f), after))
+        out.append((step_at(trace, f), after))
     return tuple(out)
 
 
